@@ -1,0 +1,86 @@
+package report
+
+import (
+	"errors"
+	"testing"
+	"time"
+)
+
+func TestRecorderObserve(t *testing.T) {
+	r := NewRecorder("read")
+	r.ObserveNs(1500, 4096, nil)
+	r.ObserveNs(2_000_000, 4096, nil)
+	r.ObserveNs(10, 0, errors.New("eio"))
+	r.ObserveNs(0, 0, nil)                  // clamped up to LowestNs
+	r.ObserveNs(int64(2*time.Hour), 1, nil) // clamped down to HighestNs
+	if r.Ops != 4 || r.Errors != 1 || r.Bytes != 8193 {
+		t.Fatalf("ops=%d errors=%d bytes=%d", r.Ops, r.Errors, r.Bytes)
+	}
+	if r.MaxNs != HighestNs {
+		t.Fatalf("max=%d want %d", r.MaxNs, HighestNs)
+	}
+	if got := r.Hist.TotalCount(); got != 4 {
+		t.Fatalf("histogram count %d want 4 (errors excluded)", got)
+	}
+	// 3 significant figures at the bottom of the range: 1.5 µs stays 1.5 µs.
+	if v := r.Hist.ValueAtQuantile(50); v < 1499 || v > 1501 {
+		t.Fatalf("p50=%d want ~1500", v)
+	}
+}
+
+func TestCountsRoundTripAndSum(t *testing.T) {
+	a, b := NewRecorder("x"), NewRecorder("x")
+	for i := int64(1); i <= 1000; i++ {
+		a.ObserveNs(i*1000, 0, nil)
+		b.ObserveNs(i*1_000_000, 0, nil)
+	}
+	ca, cb := Counts(a.Hist), Counts(b.Hist)
+	if len(ca) != CountsLen {
+		t.Fatalf("counts len %d want %d", len(ca), CountsLen)
+	}
+	for i := range ca {
+		ca[i] += cb[i]
+	}
+	h := FromCounts(ca)
+	a.Merge(b)
+	if h.TotalCount() != 2000 || !h.Equals(a.Hist) {
+		t.Fatalf("summed counts differ from merged histogram: %d", h.TotalCount())
+	}
+	if p := h.ValueAtQuantile(50); p < 999_000 || p > 1_001_000 {
+		t.Fatalf("p50 of the union = %d, want ~1ms", p)
+	}
+}
+
+func TestSetMergeTotals(t *testing.T) {
+	s1, s2 := NewSet(), NewSet()
+	s1.Op("create").ObserveNs(100, 10, nil)
+	s2.Op("create").ObserveNs(200, 10, nil)
+	s2.Op("unlink").ObserveNs(300, 0, errors.New("x"))
+	s1.Merge(s2)
+	ops, bytes, errs, max := s1.Totals()
+	if ops != 2 || bytes != 20 || errs != 1 || max != 200 {
+		t.Fatalf("totals ops=%d bytes=%d errs=%d max=%d", ops, bytes, errs, max)
+	}
+	if got := s1.Ops(); len(got) != 2 || got[0] != "create" || got[1] != "unlink" {
+		t.Fatalf("ops %v", got)
+	}
+}
+
+// BenchmarkRecorderObserve is the hot path: a clock read and a histogram
+// record per op. It must report 0 allocs/op.
+func BenchmarkRecorderObserve(b *testing.B) {
+	r := NewRecorder("stat")
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		start := time.Now()
+		r.Observe(start, 4096, nil)
+	}
+}
+
+func TestRecorderObserveAllocatesNothing(t *testing.T) {
+	r := NewRecorder("stat")
+	if n := testing.AllocsPerRun(1000, func() { r.Observe(time.Now(), 4096, nil) }); n != 0 {
+		t.Fatalf("Observe allocates %.1f per op, want 0", n)
+	}
+}
