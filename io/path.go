@@ -1,0 +1,40 @@
+package io
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Path is a file name prepared for the hot path: the NUL-terminated bytes the
+// kernel wants, built once in Setup so that no timed op converts a string
+// (unix.Open and friends allocate for that on every call).
+type Path struct {
+	s string
+	b []byte
+}
+
+// NewPath prepares s. A path containing NUL cannot name a file.
+func NewPath(s string) (Path, error) {
+	if strings.IndexByte(s, 0) >= 0 {
+		return Path{}, fmt.Errorf("io: path %q contains a NUL byte", s)
+	}
+	b := make([]byte, len(s)+1)
+	copy(b, s)
+	return Path{s: s, b: b}, nil
+}
+
+// MustPath is NewPath for names prism builds itself from clean parts.
+func MustPath(s string) Path {
+	p, err := NewPath(s)
+	if err != nil {
+		panic(err)
+	}
+	return p
+}
+
+// String returns the path as given.
+func (p Path) String() string { return p.s }
+
+// ErrEmptyPath is returned when a zero Path is used.
+var ErrEmptyPath = errors.New("io: empty path")
