@@ -1,0 +1,505 @@
+package spmd
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// ErrPeerDead is returned, inside a RankError naming the peer, when a rank a
+// collective waits for has stopped bumping its heartbeat: it crashed, hung or
+// lost the shared directory, and waiting out the full timeout would only
+// delay the verdict.
+var ErrPeerDead = errors.New("spmd: peer rank stopped responding")
+
+const (
+	defaultTimeout   = 3 * time.Minute
+	defaultHeartbeat = time.Second
+	defaultDeadAfter = 15 * time.Second
+)
+
+// RendezvousConfig places one rank in a job whose ranks coordinate through a
+// shared directory. Zero durations take the defaults.
+type RendezvousConfig struct {
+	// Dir is the job's shared directory, the same path on every rank. It
+	// must be private to one job: files an earlier job left there would be
+	// taken for this one's.
+	Dir string
+	// Rank and Size place this process in the job: 0 <= Rank < Size.
+	Rank, Size int
+	// Host names this rank's node (os.Hostname if empty); LocalRank counts
+	// the ranks with an equal Host.
+	Host string
+	// Timeout bounds every single wait (default 3m), so a rank that never
+	// arrives becomes an error wrapping ErrTimeout that names it.
+	Timeout time.Duration
+	// Heartbeat is how often this rank proves it is alive (default 1s).
+	Heartbeat time.Duration
+	// DeadAfter is how long a peer's heartbeat may stand still before the
+	// peer is declared dead (default 15s). It must exceed Heartbeat.
+	DeadAfter time.Duration
+}
+
+// Rendezvous is a Comm whose ranks coordinate through small files in a
+// shared directory, for jobs started without MPI: by Launch, or by a batch
+// system that provides only a shared file system.
+//
+// Rank 0 of each communicator is the hub of its collectives: the other ranks
+// deposit their contribution and wait for rank 0's verdict, so a collective
+// costs O(Size) file operations and rank 0 reduces in rank order, which
+// makes floating-point results identical everywhere.
+//
+// Ranks named in errors are world ranks (RendezvousConfig.Rank), even on
+// communicators made by Split, because that is what identifies a process in
+// logs and in the abort file. After a collective fails the communicator is
+// out of step with its peers, so every later collective fails too.
+type Rendezvous struct {
+	job       *job
+	id        string // communicator id, a path element under <dir>/c
+	world     []int  // world rank of each member, indexed by rank here
+	rank      int
+	localRank int
+	seq       uint64 // number of the next collective
+	err       error  // first failure, which put this rank out of step
+	closed    bool
+}
+
+var _ Comm = (*Rendezvous)(nil)
+
+// job is what the communicators of one process in one job share: the
+// directory, the process's world identity, the timings and the heartbeat.
+type job struct {
+	dir       string
+	rank      int      // world rank
+	hosts     []string // host of every world rank
+	timeout   time.Duration
+	heartbeat time.Duration
+	deadAfter time.Duration
+
+	tmpSeq   atomic.Uint64
+	stopOnce sync.Once
+	stop     chan struct{} // closed to stop the heartbeat
+	stopped  chan struct{} // closed when the heartbeat goroutine has returned
+}
+
+// NewRendezvous joins the job in cfg.Dir as rank cfg.Rank. It returns once
+// every rank has joined: the ranks exchange host names, which is how each
+// learns its LocalRank.
+func NewRendezvous(ctx context.Context, cfg RendezvousConfig) (*Rendezvous, error) {
+	const op = "NewRendezvous"
+	switch {
+	case cfg.Dir == "":
+		return nil, fmt.Errorf("spmd: %s: no rendezvous directory", op)
+	case cfg.Size < 1:
+		return nil, fmt.Errorf("spmd: %s: size %d, need at least 1", op, cfg.Size)
+	case cfg.Rank < 0 || cfg.Rank >= cfg.Size:
+		return nil, fmt.Errorf("spmd: %s: rank %d out of range [0,%d)", op, cfg.Rank, cfg.Size)
+	case cfg.Timeout < 0 || cfg.Heartbeat < 0 || cfg.DeadAfter < 0:
+		return nil, fmt.Errorf("spmd: %s: negative duration in %+v", op, cfg)
+	}
+	if cfg.Host == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return nil, fmt.Errorf("spmd: %s: %w", op, err)
+		}
+		cfg.Host = h
+	}
+	cfg.Timeout = orDefault(cfg.Timeout, defaultTimeout)
+	cfg.Heartbeat = orDefault(cfg.Heartbeat, defaultHeartbeat)
+	cfg.DeadAfter = orDefault(cfg.DeadAfter, defaultDeadAfter)
+	if cfg.DeadAfter <= cfg.Heartbeat {
+		return nil, fmt.Errorf("spmd: %s: DeadAfter %v must exceed Heartbeat %v, or live peers would be declared dead",
+			op, cfg.DeadAfter, cfg.Heartbeat)
+	}
+
+	j := &job{
+		dir:       cfg.Dir,
+		rank:      cfg.Rank,
+		timeout:   cfg.Timeout,
+		heartbeat: cfg.Heartbeat,
+		deadAfter: cfg.DeadAfter,
+		stop:      make(chan struct{}),
+		stopped:   make(chan struct{}),
+	}
+	c := &Rendezvous{job: j, id: worldID, rank: cfg.Rank, world: make([]int, cfg.Size)}
+	for r := range c.world {
+		c.world[r] = r
+	}
+	// An abort notice already there means the job is over, or that the
+	// directory is an old job's; so does a verdict for collective 0 before
+	// rank 0, its only writer, has run. Either would otherwise feed this
+	// job another job's results.
+	if f := j.aborted(); f != nil {
+		return nil, f.rankError(op)
+	}
+	if cfg.Rank == 0 {
+		if _, err := os.Stat(filepath.Join(c.seqDir(0), resultFile)); err == nil {
+			return nil, fmt.Errorf("spmd: %s: %s holds the files of an earlier job; each job needs a fresh directory", op, cfg.Dir)
+		}
+	}
+	// The first beat is written before any wait so that a directory this
+	// rank cannot write fails here, not as a dead peer elsewhere.
+	if err := j.writeBeat(1); err != nil {
+		return nil, &RankError{Rank: cfg.Rank, Op: op, Err: err}
+	}
+	go j.beat()
+
+	shared, _, err := c.run(ctx, &step{
+		op:      op,
+		header:  fmt.Sprintf("%s size=%d", op, cfg.Size),
+		root:    -1,
+		payload: []byte(cfg.Host),
+		combine: func(parts [][]byte) ([]byte, []byte, error) { return pack(parts), nil, nil },
+	})
+	if err == nil {
+		var hosts [][]byte
+		if hosts, err = unpack(shared, cfg.Size); err != nil {
+			err = &RankError{Rank: cfg.Rank, Op: op, Err: err}
+		} else {
+			for _, h := range hosts {
+				j.hosts = append(j.hosts, string(h))
+			}
+		}
+	}
+	if err != nil {
+		j.stopHeartbeat()
+		os.Remove(j.beatPath(j.rank))
+		return nil, err
+	}
+	c.localRank = c.computeLocalRank()
+	return c, nil
+}
+
+func orDefault(d, def time.Duration) time.Duration {
+	if d == 0 {
+		return def
+	}
+	return d
+}
+
+// Rank is this process's rank in the communicator.
+func (c *Rendezvous) Rank() int { return c.rank }
+
+// Size is the number of ranks in the communicator.
+func (c *Rendezvous) Size() int { return len(c.world) }
+
+// LocalRank is the rank among this communicator's ranks with the same Host,
+// in rank order, computed when the communicator was made.
+func (c *Rendezvous) LocalRank() int { return c.localRank }
+
+// Host is the host name this rank joined with.
+func (c *Rendezvous) Host() string { return c.job.hosts[c.job.rank] }
+
+// Kind is "rendezvous", as the manifest records it.
+func (c *Rendezvous) Kind() string { return "rendezvous" }
+
+func (c *Rendezvous) computeLocalRank() int {
+	host := c.job.hosts[c.job.rank]
+	n := 0
+	for _, w := range c.world[:c.rank] {
+		if c.job.hosts[w] == host {
+			n++
+		}
+	}
+	return n
+}
+
+// Barrier returns once every rank has entered it.
+func (c *Rendezvous) Barrier(ctx context.Context) error {
+	_, _, err := c.run(ctx, &step{
+		op:      "Barrier",
+		header:  "Barrier",
+		root:    -1,
+		combine: func([][]byte) ([]byte, []byte, error) { return nil, nil, nil },
+	})
+	return err
+}
+
+// AllreduceInt64 reduces v element-wise across all ranks, in place.
+func (c *Rendezvous) AllreduceInt64(ctx context.Context, op Op, v []int64) error {
+	return reduce(ctx, c, "AllreduceInt64", op, -1, v, reduceInt64)
+}
+
+// AllreduceFloat64 reduces v element-wise across all ranks, in place. Rank 0
+// folds the contributions in rank order, so every rank gets the same bits.
+func (c *Rendezvous) AllreduceFloat64(ctx context.Context, op Op, v []float64) error {
+	return reduce(ctx, c, "AllreduceFloat64", op, -1, v, reduceFloat64)
+}
+
+// ReduceInt64 reduces v element-wise onto root; other ranks' v is left as
+// it was.
+func (c *Rendezvous) ReduceInt64(ctx context.Context, root int, op Op, v []int64) error {
+	if err := checkRoot(root, c.Size()); err != nil {
+		return err
+	}
+	return reduce(ctx, c, "ReduceInt64", op, root, v, reduceInt64)
+}
+
+// reduce is every reduction: the vectors travel as little-endian 64-bit
+// words, and the header carries op and length so ranks that disagree on
+// them get an error instead of garbage.
+func reduce[T int64 | float64](ctx context.Context, c *Rendezvous, name string, op Op, root int, v []T, fold func(Op, []T, []T)) error {
+	if op != Sum && op != Min && op != Max {
+		return fmt.Errorf("spmd: %s: unknown reduction operator %v", name, op)
+	}
+	payload, err := binary.Append(nil, binary.LittleEndian, v)
+	if err != nil {
+		return fmt.Errorf("spmd: %s: %w", name, err)
+	}
+	shared, forRoot, err := c.run(ctx, &step{
+		op:      name,
+		header:  fmt.Sprintf("%s root=%d op=%v len=%d", name, root, op, len(v)),
+		root:    root,
+		payload: payload,
+		combine: func(parts [][]byte) ([]byte, []byte, error) {
+			acc := slices.Clone(v)
+			other := make([]T, len(v))
+			for r := 1; r < len(parts); r++ {
+				if err := decodeWords(parts[r], other); err != nil {
+					return nil, nil, &failure{kind: failOther, rank: c.world[r], detail: err.Error()}
+				}
+				fold(op, acc, other)
+			}
+			out, err := binary.Append(nil, binary.LittleEndian, acc)
+			if root < 0 {
+				return out, nil, err
+			}
+			return nil, out, err
+		},
+	})
+	if err != nil {
+		return err
+	}
+	res := shared
+	if root >= 0 {
+		if c.rank != root {
+			return nil
+		}
+		res = forRoot
+	}
+	if err := decodeWords(res, v); err != nil {
+		return &RankError{Rank: c.world[0], Op: name, Err: err}
+	}
+	return nil
+}
+
+func decodeWords[T int64 | float64](b []byte, v []T) error {
+	if len(b) != 8*len(v) {
+		return fmt.Errorf("got %d bytes for %d values", len(b), len(v))
+	}
+	_, err := binary.Decode(b, binary.LittleEndian, v)
+	return err
+}
+
+// Gather returns every rank's b, indexed by rank, on root; nil elsewhere.
+func (c *Rendezvous) Gather(ctx context.Context, root int, b []byte) ([][]byte, error) {
+	if err := checkRoot(root, c.Size()); err != nil {
+		return nil, err
+	}
+	const op = "Gather"
+	_, forRoot, err := c.run(ctx, &step{
+		op:      op,
+		header:  fmt.Sprintf("%s root=%d", op, root),
+		root:    root,
+		payload: b,
+		combine: func(parts [][]byte) ([]byte, []byte, error) { return nil, pack(parts), nil },
+	})
+	if err != nil || c.rank != root {
+		return nil, err
+	}
+	all, err := unpack(forRoot, c.Size())
+	if err != nil {
+		return nil, &RankError{Rank: c.world[0], Op: op, Err: err}
+	}
+	return all, nil
+}
+
+// Bcast returns root's b on every rank. Ranks other than root may pass nil.
+func (c *Rendezvous) Bcast(ctx context.Context, root int, b []byte) ([]byte, error) {
+	if err := checkRoot(root, c.Size()); err != nil {
+		return nil, err
+	}
+	payload := b
+	if c.rank != root {
+		payload = nil
+	}
+	shared, _, err := c.run(ctx, &step{
+		op:      "Bcast",
+		header:  fmt.Sprintf("Bcast root=%d", root),
+		root:    -1,
+		payload: payload,
+		combine: func(parts [][]byte) ([]byte, []byte, error) { return parts[root], nil, nil },
+	})
+	if err != nil {
+		return nil, err
+	}
+	if c.rank == root {
+		return b, nil
+	}
+	return shared, nil
+}
+
+// Split partitions the ranks by color, ordered by key then old rank. The new
+// communicators share this one's directory, heartbeat and abort file; their
+// ids derive from this one's and the collective's number, so every member
+// names its communicator alike without further exchange.
+func (c *Rendezvous) Split(ctx context.Context, color, key int) (Comm, error) {
+	const op = "Split"
+	seq := c.seq
+	var payload [16]byte
+	binary.LittleEndian.PutUint64(payload[:8], uint64(int64(color)))
+	binary.LittleEndian.PutUint64(payload[8:], uint64(int64(key)))
+	shared, _, err := c.run(ctx, &step{
+		op:      op,
+		header:  op,
+		root:    -1,
+		payload: payload[:],
+		combine: func(parts [][]byte) ([]byte, []byte, error) {
+			out := make([]byte, 0, 16*len(parts))
+			for r, p := range parts {
+				if len(p) != 16 {
+					return nil, nil, &failure{kind: failOther, rank: c.world[r], detail: fmt.Sprintf("malformed split request of %d bytes", len(p))}
+				}
+				if col := int64(binary.LittleEndian.Uint64(p)); col < 0 && col != Undefined {
+					return nil, nil, &failure{kind: failOther, rank: c.world[r], detail: fmt.Sprintf("color %d is neither >= 0 nor Undefined", col)}
+				}
+				out = append(out, p...)
+			}
+			return out, nil, nil
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(shared) != 16*c.Size() {
+		return nil, &RankError{Rank: c.world[0], Op: op, Err: fmt.Errorf("malformed split result of %d bytes", len(shared))}
+	}
+	if color == Undefined {
+		return nil, nil // a nil interface, not a typed nil *Rendezvous
+	}
+	type member struct{ key, old int }
+	var members []member
+	for r := range c.Size() {
+		p := shared[16*r:]
+		if int(int64(binary.LittleEndian.Uint64(p))) == color {
+			members = append(members, member{key: int(int64(binary.LittleEndian.Uint64(p[8:]))), old: r})
+		}
+	}
+	slices.SortFunc(members, func(a, b member) int {
+		if a.key != b.key {
+			return compareInt(a.key, b.key)
+		}
+		return compareInt(a.old, b.old)
+	})
+	sub := &Rendezvous{
+		job:   c.job,
+		id:    c.id + "." + strconv.FormatUint(seq, 10) + "." + strconv.Itoa(color),
+		world: make([]int, len(members)),
+	}
+	for i, m := range members {
+		sub.world[i] = c.world[m.old]
+		if m.old == c.rank {
+			sub.rank = i
+		}
+	}
+	sub.localRank = sub.computeLocalRank()
+	return sub, nil
+}
+
+func compareInt(a, b int) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// Abort brings the whole job down with code: it writes the job-wide abort
+// file, which makes every rank waiting in a collective return ErrAborted,
+// and exits.
+func (c *Rendezvous) Abort(code int) { c.AbortWith(code, "") }
+
+// AbortWith is Abort with a reason, which the other ranks' errors quote so
+// the job's logs say why it went down, not only who took it down.
+func (c *Rendezvous) AbortWith(code int, reason string) {
+	// The error is of no use: this process exits either way, and should the
+	// file be missing, peers still fall back on heartbeats and timeouts.
+	_ = c.writeAbort(code, reason)
+	os.Exit(code)
+}
+
+func (c *Rendezvous) writeAbort(code int, reason string) error {
+	if reason == "" {
+		reason = fmt.Sprintf("rank %d called Abort(%d)", c.job.rank, code)
+	}
+	return writeAbortFile(c.job.dir, c.job.rank, code, reason, c.job.tmpTag())
+}
+
+// Close releases the communicator; closing the world communicator (the one
+// NewRendezvous returned) also stops this rank's heartbeat, so close the
+// communicators made by Split first. Files are removed by whichever member
+// closes last, once no member can still need them. Close is idempotent.
+func (c *Rendezvous) Close() error {
+	if c.closed {
+		return nil
+	}
+	c.closed = true
+	isWorld := c.id == worldID
+	if isWorld {
+		c.job.stopHeartbeat()
+		os.Remove(c.job.beatPath(c.job.rank))
+	}
+	last, err := c.release()
+	if isWorld && last {
+		// Empty by now unless a communicator was never closed; Remove
+		// leaves non-empty directories alone.
+		os.Remove(filepath.Join(c.job.dir, beatDir))
+		os.Remove(filepath.Join(c.job.dir, commDir))
+	}
+	if err != nil {
+		return &RankError{Rank: c.job.rank, Op: "Close", Err: err}
+	}
+	return nil
+}
+
+// pack concatenates byte strings so that unpack can tell them apart again,
+// empty ones included.
+func pack(parts [][]byte) []byte {
+	n := 0
+	for _, p := range parts {
+		n += binary.MaxVarintLen64 + len(p)
+	}
+	b := make([]byte, 0, n)
+	for _, p := range parts {
+		b = binary.AppendUvarint(b, uint64(len(p)))
+		b = append(b, p...)
+	}
+	return b
+}
+
+func unpack(b []byte, n int) ([][]byte, error) {
+	parts := make([][]byte, 0, n)
+	for len(b) > 0 {
+		l, k := binary.Uvarint(b)
+		if k <= 0 || l > uint64(len(b)-k) {
+			return nil, errors.New("malformed packed data")
+		}
+		end := k + int(l)
+		parts = append(parts, b[k:end:end])
+		b = b[end:]
+	}
+	if len(parts) != n {
+		return nil, fmt.Errorf("packed data holds %d parts, want %d", len(parts), n)
+	}
+	return parts, nil
+}
