@@ -1,0 +1,250 @@
+package spmd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Environment variables through which a launcher tells each rank who it is
+// and where the job's rendezvous directory is.
+const (
+	EnvRank       = "PRISM_RANK"       // this process's rank, 0 <= rank < size
+	EnvSize       = "PRISM_SIZE"       // number of ranks in the job
+	EnvLocalRank  = "PRISM_LOCAL_RANK" // rank among the job's ranks on this host
+	EnvRendezvous = "PRISM_RENDEZVOUS" // the job's rendezvous directory (RendezvousConfig.Dir)
+)
+
+const defaultGrace = 5 * time.Second
+
+// LaunchConfig describes a job of N local ranks for Launch.
+type LaunchConfig struct {
+	// N is the number of ranks (children) to start.
+	N int
+	// Path is the executable every child runs, usually os.Executable().
+	Path string
+	// Args are every child's arguments, without argv[0].
+	Args []string
+	// Env is the children's base environment (os.Environ() if nil); the
+	// rank variables are replaced, never inherited.
+	Env []string
+	// Stdout and Stderr receive the children's output (discarded if nil).
+	// Writers other than files are locked, so the children may share one.
+	Stdout, Stderr io.Writer
+	// TmpDir is where the private rendezvous directory is created
+	// (os.TempDir() if empty).
+	TmpDir string
+	// Grace is how long the other children get to notice a failure through
+	// the abort file, and leave on their own, before they are killed
+	// (default 5s). It also bounds how long they may take to stop after ctx
+	// is cancelled.
+	Grace time.Duration
+	// Signals are forwarded to every child still running (typically
+	// SIGINT and SIGTERM from signal.Notify); may be nil.
+	Signals <-chan os.Signal
+}
+
+// Launch runs a job of cfg.N copies of cfg.Path on this host, coordinated
+// through a private rendezvous directory that it creates and removes. Every
+// child gets EnvRank, EnvSize, EnvLocalRank and EnvRendezvous.
+//
+// When a child fails (non-zero status, or killed by a signal) while others
+// still run, Launch writes the job's abort file naming it, so that the
+// others leave their collectives with ErrAborted, and kills whatever is
+// still running after Grace. Cancelling ctx sends SIGTERM to the children,
+// with the same Grace before the kill.
+//
+// exitCode is the job's verdict: 0 if every child succeeded, otherwise the
+// code of the first child to fail, a child killed by signal s counting as
+// 128+s like in a shell. err reports only a failure of Launch itself (the
+// directory or a child could not be created, or ctx was done before any
+// child started); exitCode is then 1.
+func Launch(ctx context.Context, cfg LaunchConfig) (exitCode int, err error) {
+	switch {
+	case cfg.N < 1:
+		return 1, fmt.Errorf("spmd: Launch: need at least one rank, got %d", cfg.N)
+	case cfg.Path == "":
+		return 1, errors.New("spmd: Launch: no executable")
+	}
+	if err := ctx.Err(); err != nil {
+		return 1, fmt.Errorf("spmd: Launch: %w", err)
+	}
+	grace := cfg.Grace
+	if grace <= 0 {
+		grace = defaultGrace
+	}
+	dir, err := os.MkdirTemp(cfg.TmpDir, "prism-rendezvous-")
+	if err != nil {
+		return 1, fmt.Errorf("spmd: Launch: %w", err)
+	}
+	defer os.RemoveAll(dir)
+
+	env := cfg.Env
+	if env == nil {
+		env = os.Environ()
+	}
+	env = withoutRankVars(env)
+	stdout, stderr := lockWriters(cfg.Stdout, cfg.Stderr)
+	children := make([]*exec.Cmd, 0, cfg.N)
+	for i := range cfg.N {
+		cmd := exec.Command(cfg.Path, cfg.Args...)
+		cmd.Env = append(env[:len(env):len(env)],
+			EnvRank+"="+strconv.Itoa(i),
+			EnvSize+"="+strconv.Itoa(cfg.N),
+			EnvLocalRank+"="+strconv.Itoa(i),
+			EnvRendezvous+"="+dir)
+		cmd.Stdout, cmd.Stderr = stdout, stderr
+		cmd.SysProcAttr = childProcAttr()
+		// A grandchild holding the output pipe open must not keep Launch
+		// waiting after the child itself is gone.
+		cmd.WaitDelay = grace
+		if err := cmd.Start(); err != nil {
+			for _, c := range children {
+				c.Process.Kill()
+				c.Wait()
+			}
+			return 1, fmt.Errorf("spmd: Launch: starting rank %d: %w", i, err)
+		}
+		children = append(children, cmd)
+	}
+	return supervise(ctx, dir, children, cfg.Signals, grace), nil
+}
+
+// withoutRankVars drops the rank variables from env: a launcher started
+// from inside another job must not pass that job's identity on.
+func withoutRankVars(env []string) []string {
+	out := make([]string, 0, len(env)+4)
+	for _, kv := range env {
+		name, _, _ := strings.Cut(kv, "=")
+		switch name {
+		case EnvRank, EnvSize, EnvLocalRank, EnvRendezvous:
+			continue
+		}
+		out = append(out, kv)
+	}
+	return out
+}
+
+// lockWriters serializes the children's writes to writers that are not
+// files (exec copies to those from one goroutine per child and stream, and
+// an io.Writer need not be safe for concurrent use). Files are passed to
+// the children as they are.
+func lockWriters(stdout, stderr io.Writer) (io.Writer, io.Writer) {
+	mu := new(sync.Mutex)
+	lock := func(w io.Writer) io.Writer {
+		if _, isFile := w.(*os.File); isFile || w == nil {
+			return w
+		}
+		return &lockedWriter{mu: mu, w: w}
+	}
+	return lock(stdout), lock(stderr)
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// childExit is how one child ended.
+type childExit struct {
+	rank int
+	code int    // exit status, or 128+signal
+	how  string // for the abort notice
+}
+
+func reap(rank int, cmd *exec.Cmd) childExit {
+	err := cmd.Wait()
+	st := cmd.ProcessState
+	if st == nil {
+		return childExit{rank: rank, code: 1, how: fmt.Sprintf("rank %d could not be waited for: %v", rank, err)}
+	}
+	if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		sig := ws.Signal()
+		return childExit{rank: rank, code: 128 + int(sig), how: fmt.Sprintf("rank %d killed by signal %d (%v)", rank, int(sig), sig)}
+	}
+	code := st.ExitCode()
+	return childExit{rank: rank, code: code, how: fmt.Sprintf("rank %d exited with status %d", rank, code)}
+}
+
+// supervise waits for every child, forwarding signals and bringing the
+// others down when one fails, and returns the job's exit code.
+func supervise(ctx context.Context, dir string, children []*exec.Cmd, signals <-chan os.Signal, grace time.Duration) int {
+	exits := make(chan childExit, len(children))
+	for i, cmd := range children {
+		go func() { exits <- reap(i, cmd) }()
+	}
+	running := make([]bool, len(children))
+	for i := range running {
+		running[i] = true
+	}
+	signalAll := func(sig os.Signal) {
+		for i, cmd := range children {
+			if running[i] {
+				// An error means the child just exited; its exit is on
+				// its way.
+				_ = cmd.Process.Signal(sig)
+			}
+		}
+	}
+	var (
+		code     int
+		deadline <-chan time.Time // armed once something went wrong
+		timer    *time.Timer
+	)
+	arm := func() {
+		if timer == nil {
+			timer = time.NewTimer(grace)
+			deadline = timer.C
+		}
+	}
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	done := ctx.Done()
+	for left := len(children); left > 0; {
+		select {
+		case e := <-exits:
+			running[e.rank] = false
+			left--
+			if e.code != 0 && code == 0 {
+				code = e.code
+				if left > 0 {
+					// Should the notice fail to appear, the others still
+					// get killed after the grace period.
+					_ = writeAbortFile(dir, e.rank, e.code, e.how, "launch."+strconv.Itoa(os.Getpid()))
+					arm()
+				}
+			}
+		case sig, ok := <-signals:
+			if !ok {
+				signals = nil
+				continue
+			}
+			signalAll(sig)
+		case <-done:
+			done = nil
+			signalAll(syscall.SIGTERM)
+			arm()
+		case <-deadline:
+			deadline = nil
+			signalAll(os.Kill)
+		}
+	}
+	return code
+}

@@ -1,0 +1,283 @@
+package spmd
+
+// Launch tests re-execute the test binary as the job's ranks: TestMain
+// recognizes a child by childModeEnv and runs the behaviour it names
+// instead of the tests. Children report what they saw in files under
+// childOutEnv, since their exit codes are what Launch summarizes.
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+const (
+	childModeEnv = "PRISM_SPMD_LAUNCH_CHILD"
+	childOutEnv  = "PRISM_SPMD_LAUNCH_OUT"
+)
+
+func TestMain(m *testing.M) {
+	if mode := os.Getenv(childModeEnv); mode != "" {
+		os.Exit(launchChild(mode))
+	}
+	os.Exit(m.Run())
+}
+
+// launchChild is one rank of a launched job; it returns the rank's exit
+// code.
+func launchChild(mode string) int {
+	rank, _ := strconv.Atoi(os.Getenv(EnvRank))
+	size, _ := strconv.Atoi(os.Getenv(EnvSize))
+	report := func(format string, args ...any) {
+		path := filepath.Join(os.Getenv(childOutEnv), "rank"+strconv.Itoa(rank))
+		os.WriteFile(path, fmt.Appendf(nil, format, args...), 0o666)
+	}
+	fail := func(err error) int {
+		fmt.Fprintf(os.Stderr, "rank %d: %v\n", rank, err)
+		return 1
+	}
+	ctx := context.Background()
+	c, err := NewRendezvous(ctx, RendezvousConfig{
+		Dir:       os.Getenv(EnvRendezvous),
+		Rank:      rank,
+		Size:      size,
+		Timeout:   20 * time.Second,
+		Heartbeat: 50 * time.Millisecond,
+		DeadAfter: 2 * time.Second,
+	})
+	if err != nil {
+		return fail(err)
+	}
+	switch mode {
+	case "ok":
+		if lr, _ := strconv.Atoi(os.Getenv(EnvLocalRank)); lr != c.LocalRank() {
+			return fail(fmt.Errorf("local rank %d, %s says %d", c.LocalRank(), EnvLocalRank, lr))
+		}
+		for range 3 {
+			if err := c.Barrier(ctx); err != nil {
+				return fail(err)
+			}
+			v := []int64{int64(rank)}
+			if err := c.AllreduceInt64(ctx, Sum, v); err != nil {
+				return fail(err)
+			}
+			if want := int64(size * (size - 1) / 2); v[0] != want {
+				return fail(fmt.Errorf("allreduce = %d, want %d", v[0], want))
+			}
+			all, err := c.Gather(ctx, 0, []byte(strconv.Itoa(rank)))
+			if err != nil {
+				return fail(err)
+			}
+			for r, b := range all {
+				if string(b) != strconv.Itoa(r) {
+					return fail(fmt.Errorf("gather part %d = %q", r, b))
+				}
+			}
+		}
+		if err := c.Close(); err != nil {
+			return fail(err)
+		}
+		report("done")
+		return 0
+	case "exit3":
+		if rank == 1 {
+			return 3
+		}
+		err := c.Barrier(ctx)
+		var re *RankError
+		if errors.Is(err, ErrAborted) && errors.As(err, &re) {
+			report("aborted by %d", re.Rank)
+		} else {
+			report("unexpected: %v", err)
+		}
+		return 1
+	case "kill":
+		report("pid %d", os.Getpid())
+		switch rank {
+		case 2:
+			syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		case 3:
+			// Leaves on the abort notice; the others ignore it and
+			// must be killed once the grace period is over.
+			err := c.Barrier(ctx)
+			return fail(err)
+		}
+		time.Sleep(time.Hour)
+	case "term":
+		report("ready")
+		time.Sleep(time.Hour)
+	}
+	return fail(fmt.Errorf("unknown mode %q", mode))
+}
+
+type launchResult struct {
+	code int
+	err  error
+	took time.Duration
+}
+
+// startLaunch launches n children in mode and returns the directory they
+// report in and a function waiting for Launch's result.
+func startLaunch(t *testing.T, ctx context.Context, mode string, n int, grace time.Duration, signals <-chan os.Signal) (string, func() launchResult) {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, tmp := t.TempDir(), t.TempDir()
+	var output bytes.Buffer
+	done := make(chan launchResult, 1)
+	start := time.Now()
+	go func() {
+		code, err := Launch(ctx, LaunchConfig{
+			N:       n,
+			Path:    exe,
+			Env:     append(os.Environ(), childModeEnv+"="+mode, childOutEnv+"="+out),
+			Stdout:  &output,
+			Stderr:  &output,
+			TmpDir:  tmp,
+			Grace:   grace,
+			Signals: signals,
+		})
+		done <- launchResult{code, err, time.Since(start)}
+	}()
+	return out, func() launchResult {
+		t.Helper()
+		select {
+		case r := <-done:
+			if output.Len() > 0 {
+				t.Logf("children's output:\n%s", output.String())
+			}
+			if r.err != nil {
+				t.Fatalf("Launch: %v", r.err)
+			}
+			if left, _ := os.ReadDir(tmp); len(left) != 0 {
+				t.Errorf("Launch left %v in its TmpDir", left)
+			}
+			return r
+		case <-time.After(60 * time.Second):
+			t.Fatal("Launch did not return within 60s")
+			return launchResult{}
+		}
+	}
+}
+
+// reports waits until every rank has reported and returns the reports.
+func reports(t *testing.T, out string, ranks ...int) map[int]string {
+	t.Helper()
+	got := make(map[int]string)
+	deadline := time.Now().Add(slack)
+	for _, r := range ranks {
+		for {
+			b, err := os.ReadFile(filepath.Join(out, "rank"+strconv.Itoa(r)))
+			if err == nil {
+				got[r] = string(b)
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("rank %d did not report", r)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	return got
+}
+
+func TestLaunchOK(t *testing.T) {
+	out, wait := startLaunch(t, context.Background(), "ok", 4, 0, nil)
+	if r := wait(); r.code != 0 {
+		t.Fatalf("exit code %d, want 0", r.code)
+	}
+	for r, rep := range reports(t, out, 0, 1, 2, 3) {
+		if rep != "done" {
+			t.Errorf("rank %d: %q", r, rep)
+		}
+	}
+}
+
+func TestLaunchChildFails(t *testing.T) {
+	out, wait := startLaunch(t, context.Background(), "exit3", 4, 5*time.Second, nil)
+	r := wait()
+	if r.code != 3 {
+		t.Errorf("exit code %d, want 3", r.code)
+	}
+	if r.took > slack {
+		t.Errorf("Launch took %v", r.took)
+	}
+	for rank, rep := range reports(t, out, 0, 2, 3) {
+		if rep != "aborted by 1" {
+			t.Errorf("rank %d: %q, want it to see rank 1's abort", rank, rep)
+		}
+	}
+}
+
+func TestLaunchChildKilled(t *testing.T) {
+	const grace = time.Second
+	out, wait := startLaunch(t, context.Background(), "kill", 4, grace, nil)
+	r := wait()
+	if r.code != 128+int(syscall.SIGKILL) {
+		t.Errorf("exit code %d, want %d", r.code, 128+int(syscall.SIGKILL))
+	}
+	if r.took > grace+slack {
+		t.Errorf("Launch took %v", r.took)
+	}
+	for rank, rep := range reports(t, out, 0, 1, 2, 3) {
+		var pid int
+		if _, err := fmt.Sscanf(rep, "pid %d", &pid); err != nil {
+			t.Fatalf("rank %d: report %q", rank, rep)
+		}
+		if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+			t.Errorf("rank %d (pid %d) still there: %v", rank, pid, err)
+		}
+	}
+}
+
+func TestLaunchForwardsSignals(t *testing.T) {
+	signals := make(chan os.Signal, 1)
+	out, wait := startLaunch(t, context.Background(), "term", 3, 0, signals)
+	reports(t, out, 0, 1, 2) // every child is up
+	signals <- syscall.SIGTERM
+	if r := wait(); r.code != 128+int(syscall.SIGTERM) {
+		t.Errorf("exit code %d, want %d", r.code, 128+int(syscall.SIGTERM))
+	}
+}
+
+func TestLaunchCancel(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out, wait := startLaunch(t, ctx, "term", 2, 0, nil)
+	reports(t, out, 0, 1)
+	cancel()
+	if r := wait(); r.code != 128+int(syscall.SIGTERM) {
+		t.Errorf("exit code %d, want %d", r.code, 128+int(syscall.SIGTERM))
+	}
+}
+
+func TestLaunchBadConfig(t *testing.T) {
+	ctx := context.Background()
+	for _, cfg := range []LaunchConfig{
+		{N: 0, Path: "/bin/true"},
+		{N: 1},
+		{N: 2, Path: filepath.Join(t.TempDir(), "missing")},
+		{N: 1, Path: "/bin/true", TmpDir: filepath.Join(t.TempDir(), "missing")},
+	} {
+		if code, err := Launch(ctx, cfg); err == nil || code == 0 {
+			t.Errorf("Launch(%+v) = %d, %v; want an error", cfg, code, err)
+		}
+	}
+}
+
+func TestWithoutRankVars(t *testing.T) {
+	env := withoutRankVars([]string{"A=1", EnvRank + "=3", EnvSize + "=4", EnvLocalRank + "=0", EnvRendezvous + "=/x", "PRISM_RANKS=ok"})
+	if got := strings.Join(env, " "); got != "A=1 PRISM_RANKS=ok" {
+		t.Errorf("got %q", got)
+	}
+}
