@@ -1,0 +1,10 @@
+// Package phases owns what a plan is and how it runs: the Phase interface
+// (Config, Setup, Run, Verify, Teardown), the explicit Registry of phase
+// kinds, strict TOML plan decoding, the engine that drives every phase on
+// every rank (barriers, timing window, error agreement, gathering results at
+// rank 0) and the phase families themselves, one file per family.
+//
+// Timed loops follow one shape: prepare everything in Setup, then between
+// two clock reads issue exactly one operation and call Recorder.Observe.
+// Phases never print; they return errors that name the phase, rank and path.
+package phases

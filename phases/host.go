@@ -1,0 +1,49 @@
+package phases
+
+import (
+	"os"
+	"runtime"
+	"strings"
+
+	"github.com/klauspost/cpuid/v2"
+	"golang.org/x/sys/unix"
+
+	pio "github.com/prism-hpc/prism/io"
+	"github.com/prism-hpc/prism/report"
+)
+
+// CollectHost describes this host and the filesystem under workdir for the
+// manifest. It never fails: what cannot be read is left empty.
+func CollectHost(workdir string) report.HostInfo {
+	h := report.HostInfo{
+		CPUModel:      strings.TrimSpace(cpuid.CPU.BrandName),
+		CPUVendor:     cpuid.CPU.VendorString,
+		PhysicalCores: cpuid.CPU.PhysicalCores,
+		LogicalCores:  runtime.NumCPU(),
+		GoVersion:     runtime.Version(),
+		GOMAXPROCS:    runtime.GOMAXPROCS(0),
+		Workdir:       workdir,
+		SlurmJobID:    os.Getenv("SLURM_JOB_ID"),
+	}
+	h.Hostname, _ = os.Hostname()
+	for _, f := range []cpuid.FeatureID{cpuid.AVX2, cpuid.AVX512F, cpuid.AESNI, cpuid.SHA, cpuid.ASIMD} {
+		if cpuid.CPU.Supports(f) {
+			h.CPUFeatures = append(h.CPUFeatures, f.String())
+		}
+	}
+	var uts unix.Utsname
+	if unix.Uname(&uts) == nil {
+		h.Kernel = unix.ByteSliceToString(uts.Sysname[:]) + " " + unix.ByteSliceToString(uts.Release[:])
+	}
+	var si unix.Sysinfo_t
+	if unix.Sysinfo(&si) == nil {
+		h.MemoryBytes = int64(si.Totalram) * int64(si.Unit)
+	}
+	if fs, err := pio.StatFS(workdir); err == nil {
+		h.FSType, h.MountPoint, h.MountSource, h.MountOptions = fs.Type, fs.MountPoint, fs.Source, fs.MountOptions
+	}
+	if h.GOMAXPROCS == 1 && h.LogicalCores > 1 {
+		h.Warnings = append(h.Warnings, "GOMAXPROCS is 1 on a multi-core host: the launcher bound this rank to one core (OpenMPI binds at -np <= 2); use --bind-to none so iodepth and workers can run in parallel")
+	}
+	return h
+}
