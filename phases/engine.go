@@ -207,6 +207,11 @@ func (e *engine) execute(ctx context.Context) (*Outcome, error) {
 			coordErr = err
 		}
 	}
+	for _, sub := range e.subs {
+		if sub != nil {
+			sub.Close()
+		}
+	}
 	e.cleanup()
 	if e.rank0() && out.ManifestPath != "" {
 		fmt.Fprintf(e.o.Stdout, "manifest: %s\nreport: %s\n", out.ManifestPath, out.ReportPath)
@@ -299,6 +304,9 @@ func (e *engine) cleanup() {
 // it failed; all learn the lowest failing rank. The error returned carries
 // that rank; a local error is returned as is.
 func (e *engine) agree(c spmd.Comm, local error, what string) error {
+	if local == errStopped {
+		local = nil
+	}
 	v := []int64{0}
 	if local != nil {
 		v[0] = int64(c.Size() - c.Rank())
@@ -366,6 +374,7 @@ func (e *engine) runPhase(ctx context.Context, c spmd.Comm, s *Spec, sweep bool)
 	env := &Env{
 		Comm: c, Rank: c.Rank(), Size: c.Size(), Host: c.Host(), Name: s.Name, Kind: s.Kind,
 		Dir: filepath.Join(e.runDir, dirName), Log: e.o.Stderr, State: e.state,
+		phaseIndex: s.Index,
 	}
 	env.RankDir = filepath.Join(env.Dir, fmt.Sprintf("r%d", env.Rank))
 	res := &report.PhaseResult{
@@ -397,7 +406,7 @@ func (e *engine) runPhase(ctx context.Context, c spmd.Comm, s *Spec, sweep bool)
 		env.set = report.NewSet()
 		env.metrics = map[string]float64{}
 
-		failure = e.agree(c, e.step(ctx, env, "setup", s.Phase.Setup), "setup")
+		failure = e.agree(c, e.step(ctx, c, env, "setup", s.Phase.Setup), "setup")
 		if failure == nil && env.Cache == "drop_caches" {
 			var derr error
 			if c.LocalRank() == 0 {
@@ -410,8 +419,11 @@ func (e *engine) runPhase(ctx context.Context, c spmd.Comm, s *Spec, sweep bool)
 				return nil, failure
 			}
 			t0 := time.Now()
-			runErr := e.step(ctx, env, "run", s.Phase.Run)
+			runErr := e.step(ctx, c, env, "run", s.Phase.Run)
 			t1 := time.Now()
+			if runErr == errStopped {
+				runErr = nil
+			}
 			v := []int64{0, -t0.UnixNano(), t1.UnixNano()}
 			if runErr != nil {
 				v[0] = int64(c.Size() - c.Rank())
@@ -432,11 +444,11 @@ func (e *engine) runPhase(ctx context.Context, c spmd.Comm, s *Spec, sweep bool)
 				}
 			}
 			if failure == nil {
-				failure = e.agree(c, e.step(ctx, env, "verify", s.Phase.Verify), "verify")
+				failure = e.agree(c, e.step(ctx, c, env, "verify", s.Phase.Verify), "verify")
 			}
 		}
 		// Teardown always runs, so a failed iteration leaves nothing behind.
-		if terr := e.agree(c, e.step(ctx, env, "teardown", s.Phase.Teardown), "teardown"); failure == nil {
+		if terr := e.agree(c, e.step(ctx, c, env, "teardown", s.Phase.Teardown), "teardown"); failure == nil {
 			failure = terr
 		}
 		if IsCoordination(failure) {
@@ -514,23 +526,52 @@ func (e *engine) runPhase(ctx context.Context, c spmd.Comm, s *Spec, sweep bool)
 	return res, nil
 }
 
-// step runs one phase method, turning a panic into an error so that the
-// rank still takes part in the agreement instead of leaving its peers
-// waiting.
-func (e *engine) step(ctx context.Context, env *Env, what string, fn func(context.Context, *Env) error) (err error) {
+// step runs one phase method on this rank. A panic becomes an error, so
+// the rank still takes part in the agreement instead of leaving its peers
+// waiting. Where the communicator can alert (Alerter), a local failure is
+// announced at once and a peer's announcement cancels this rank's step, so
+// a long loop stops within a fraction of a second of another rank's error;
+// such a step returns errStopped, which the agreement does not count as a
+// failure of this rank.
+func (e *engine) step(ctx context.Context, c spmd.Comm, env *Env, what string, fn func(context.Context, *Env) error) (err error) {
+	alerter, canAlert := c.(spmd.Alerter)
+	tag := fmt.Sprintf("%d.%d.%d.%s", env.phaseIndex, c.Size(), env.Iteration, what)
+	stepCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	if canAlert {
+		fired, stop := alerter.Watch(tag)
+		defer stop()
+		go func() {
+			select {
+			case r := <-fired:
+				cancel(&peerError{rank: r, what: what})
+			case <-stepCtx.Done():
+			}
+		}()
+	}
 	defer func() {
 		if r := recover(); r != nil {
 			err = env.Errorf("%s: panic: %v\n%s", what, r, debug.Stack())
 		}
-	}()
-	if err := fn(ctx, env); err != nil {
-		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
-			return env.Errorf("%s: interrupted", what)
+		if err == nil {
+			return
 		}
-		return err
-	}
-	return nil
+		if stepCtx.Err() != nil && IsPeerFailure(context.Cause(stepCtx)) && ctx.Err() == nil {
+			err = errStopped
+			return
+		}
+		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			err = env.Errorf("%s: interrupted", what)
+		}
+		if canAlert && ctx.Err() == nil {
+			alerter.Alert(tag)
+		}
+	}()
+	return fn(stepCtx, env)
 }
+
+// errStopped is the result of a step cancelled because another rank failed.
+var errStopped = errors.New("stopped: another rank failed")
 
 // IsCoordination tells errors of the communicator (a dead, aborted or
 // silent peer), after which no further collective can be trusted, from

@@ -76,8 +76,9 @@ type Env struct {
 	// phase can find what an earlier save phase wrote.
 	State map[string]any
 
-	set     *report.Set
-	metrics map[string]float64
+	set        *report.Set
+	metrics    map[string]float64
+	phaseIndex int
 }
 
 // Recorder returns this rank's recorder for op in the current iteration.

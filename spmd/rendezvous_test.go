@@ -615,3 +615,51 @@ func TestPack(t *testing.T) {
 		t.Error("decodeWords of 3 bytes succeeded")
 	}
 }
+
+func TestRendezvousAlert(t *testing.T) {
+	dir := t.TempDir()
+	comms := make([]*Rendezvous, 3)
+	var wg sync.WaitGroup
+	for i := range comms {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			c, err := NewRendezvous(context.Background(), RendezvousConfig{Dir: dir, Rank: i, Size: 3})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			comms[i] = c
+		}(i)
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	w0, stop0 := comms[0].Watch("phase-1.run")
+	defer stop0()
+	other, stopOther := comms[1].Watch("phase-2.run")
+	defer stopOther()
+	comms[2].Alert("phase-1.run")
+	select {
+	case r := <-w0:
+		if r != 2 {
+			t.Fatalf("alert from rank %d, want 2", r)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("alert never arrived")
+	}
+	select {
+	case r := <-other:
+		t.Fatalf("a watcher of another tag fired (rank %d)", r)
+	case <-time.After(3 * alertPoll):
+	}
+	for i := range comms {
+		wg.Add(1)
+		go func(i int) { defer wg.Done(); comms[i].Close() }(i)
+	}
+	wg.Wait()
+	if ents, _ := os.ReadDir(filepath.Join(dir, commDir)); len(ents) != 0 {
+		t.Errorf("alert files left behind: %v", ents)
+	}
+}

@@ -1,0 +1,77 @@
+package spmd
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Alerter is implemented by communicators that can tell every member,
+// outside of any collective, that one rank has failed: the others then stop
+// a long step early instead of finishing it before the error agreement.
+// Alerts are best effort; the agreement that follows every step remains
+// the source of truth.
+type Alerter interface {
+	// Alert tells the members watching tag that this rank failed.
+	Alert(tag string)
+	// Watch delivers the rank of the first alert for tag on the channel,
+	// until stop is called.
+	Watch(tag string) (fired <-chan int, stop func())
+}
+
+var _ Alerter = (*Rendezvous)(nil)
+
+// alertPoll is how often a watcher looks for the alert file: rare enough
+// to cost the shared file server little, quick enough that a failed rank
+// stops its peers within a fraction of a second.
+const alertPoll = 100 * time.Millisecond
+
+func (c *Rendezvous) alertName(tag string) string {
+	return "alert." + strings.NewReplacer("/", "_", "\x00", "_").Replace(tag)
+}
+
+// Alert publishes an alert file in the communicator's directory, which is
+// removed with the communicator.
+func (c *Rendezvous) Alert(tag string) {
+	if c.Size() == 1 {
+		return
+	}
+	_ = c.publish(c.commPath(), c.alertName(tag), []byte(strconv.Itoa(c.job.rank)))
+}
+
+// Watch polls for the alert file of tag by its exact name.
+func (c *Rendezvous) Watch(tag string) (<-chan int, func()) {
+	fired := make(chan int, 1)
+	done := make(chan struct{})
+	var once sync.Once
+	stop := func() { once.Do(func() { close(done) }) }
+	if c.Size() == 1 {
+		return fired, stop
+	}
+	path := filepath.Join(c.commPath(), c.alertName(tag))
+	go func() {
+		t := time.NewTicker(alertPoll)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			b, err := os.ReadFile(path)
+			if err != nil {
+				continue
+			}
+			rank, err := strconv.Atoi(strings.TrimSpace(string(b)))
+			if err != nil {
+				rank = -1
+			}
+			fired <- rank
+			return
+		}
+	}()
+	return fired, stop
+}
