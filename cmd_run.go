@@ -90,9 +90,11 @@ func runRun(ctx context.Context, o runOptions, stdout, stderr io.Writer) int {
 	}
 	child := os.Getenv(spmd.EnvRank) != ""
 
-	// The embedded default runs in a private temporary directory, made by
-	// the top-level process and handed to the ranks.
-	if o.plan == "" && o.workdir == "" && !child {
+	// The embedded default runs in a private temporary directory. The local
+	// launcher makes it and hands it to its ranks; under MPI or Slurm rank 0
+	// makes it and broadcasts it once the communicator exists.
+	tempDefault := o.plan == "" && o.workdir == "" && !child
+	if tempDefault && o.n > 1 {
 		tmp, err := os.MkdirTemp("", "prism-quickstart-")
 		if err != nil {
 			fmt.Fprintf(stderr, "prism: %v\n", err)
@@ -100,8 +102,9 @@ func runRun(ctx context.Context, o runOptions, stdout, stderr io.Writer) int {
 		}
 		defer os.RemoveAll(tmp)
 		o.workdir = tmp
+		tempDefault = false
 	}
-	if srcErr == nil && !child {
+	if srcErr == nil && !child && !tempDefault {
 		wd := o.workdir
 		if wd == "" {
 			wd = local.Header.Workdir
@@ -152,6 +155,15 @@ func runRun(ctx context.Context, o runOptions, stdout, stderr io.Writer) int {
 	}
 	defer comm.Close()
 
+	if tempDefault {
+		wd, cleanup, err := sharedTempDir(ctx, comm)
+		if err != nil {
+			fmt.Fprintf(stderr, "prism: rank %d: %v\n", comm.Rank(), err)
+			return exitFailed
+		}
+		defer cleanup()
+		o.workdir = wd
+	}
 	// Rank 0's plan text is the plan: ranks on nodes that cannot read the
 	// file, or read an edited copy, still run the same phases.
 	plan, err := agreePlan(ctx, comm, reg, name, src, srcErr)
@@ -226,6 +238,39 @@ func agreePlan(ctx context.Context, comm spmd.Comm, reg *phases.Registry, name s
 		return nil, errors.New(string(got[1:]))
 	}
 	return phases.DecodePlan(reg, name, got[1:])
+}
+
+// sharedTempDir makes a temporary workdir on rank 0 and tells every rank
+// its path; a rank on another node that does not see it makes the same
+// path locally. Each rank removes only what it made.
+func sharedTempDir(ctx context.Context, comm spmd.Comm) (string, func(), error) {
+	var path []byte
+	made := false
+	if comm.Rank() == 0 {
+		tmp, err := os.MkdirTemp("", "prism-quickstart-")
+		if err == nil {
+			path, made = []byte(tmp), true
+		}
+	}
+	path, err := comm.Bcast(ctx, 0, path)
+	if err != nil {
+		return "", func() {}, err
+	}
+	if len(path) == 0 {
+		return "", func() {}, fmt.Errorf("rank 0 could not create a temporary directory")
+	}
+	dir := string(path)
+	if _, err := os.Stat(dir); os.IsNotExist(err) {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return "", func() {}, err
+		}
+		made = true
+	}
+	return dir, func() {
+		if made {
+			os.RemoveAll(dir)
+		}
+	}, nil
 }
 
 // launchLocal starts o.n copies of this binary as ranks of one job.

@@ -99,6 +99,16 @@ func (e *engine) execute(ctx context.Context) (*Outcome, error) {
 				return nil, &PlanError{File: p.File, Line: s.Line, Key: "ranks", Msg: fmt.Sprintf("phase %d (%s) asks for %d ranks but the job has %d: %v", s.Index+1, s.Name, k, e.comm.Size(), ErrPlanRanks)}
 			}
 		}
+		if s.Group != "" {
+			next := p.Phases[s.Index+1]
+			need := s.Ranks[0] + 1
+			if len(next.Ranks) == 1 {
+				need = s.Ranks[0] + next.Ranks[0]
+			}
+			if need > e.comm.Size() {
+				return nil, &PlanError{File: p.File, Line: s.Line, Key: "group", Msg: fmt.Sprintf("phase %d (%s) and the next phase need %d ranks side by side but the job has %d: %v", s.Index+1, s.Name, need, e.comm.Size(), ErrPlanRanks)}
+			}
+		}
 	}
 	workdir := firstNonEmpty(e.o.Workdir, p.Header.Workdir, ".")
 	workdir, err := filepath.Abs(workdir)
@@ -130,47 +140,33 @@ func (e *engine) execute(ctx context.Context) (*Outcome, error) {
 
 	status := report.StatusPassed
 	var coordErr error
-	for _, s := range p.Phases {
+	for i := 0; i < len(p.Phases); i++ {
+		s := p.Phases[i]
+		var partner *Spec
+		if s.Group != "" {
+			partner = p.Phases[i+1]
+			i++
+		}
 		if status != report.StatusPassed {
 			if e.rank0() {
-				m.Phases = append(m.Phases, report.PhaseResult{Index: s.Index, Name: s.Name, Kind: s.Kind, Status: report.StatusSkipped, Expect: []report.Verdict{}})
+				for _, x := range []*Spec{s, partner} {
+					if x != nil {
+						m.Phases = append(m.Phases, report.PhaseResult{Index: x.Index, Name: x.Name, Kind: x.Kind, Status: report.StatusSkipped, Expect: []report.Verdict{}})
+					}
+				}
 			}
 			continue
 		}
-		sizes := []int(s.Ranks)
-		if len(sizes) == 0 {
-			sizes = []int{e.comm.Size()}
+		var results []report.PhaseResult
+		var failed bool
+		if partner != nil {
+			results, failed, coordErr = e.runGroup(ctx, s, partner)
+		} else {
+			results, failed, coordErr = e.runSweep(ctx, s)
 		}
-		for _, k := range sizes {
-			res, err := e.runOnSubset(ctx, s, k, len(s.Ranks) > 1)
-			if err != nil {
-				coordErr = err
-				status = report.StatusFailed
-				if e.rank0() && res == nil {
-					res = &report.PhaseResult{Index: s.Index, Name: s.Name, Kind: s.Kind, Ranks: k, Status: report.StatusFailed, Error: err.Error(), Expect: []report.Verdict{}}
-				}
-			}
-			if e.rank0() && res != nil {
-				m.Phases = append(m.Phases, *res)
-			}
-			if coordErr != nil {
-				break
-			}
-			// Every rank of the world learns the phase's status, also those
-			// that sat this size out.
-			st := []int64{0}
-			if e.rank0() && res.Status != report.StatusPassed {
-				st[0] = 1
-			}
-			if err := e.comm.AllreduceInt64(e.coord, spmd.Max, st); err != nil {
-				coordErr = err
-				status = report.StatusFailed
-				break
-			}
-			if st[0] != 0 {
-				status = report.StatusFailed
-				break
-			}
+		m.Phases = append(m.Phases, results...)
+		if failed || coordErr != nil {
+			status = report.StatusFailed
 		}
 		if coordErr != nil {
 			break
@@ -338,6 +334,118 @@ func IsPeerFailure(err error) bool {
 	return errors.As(err, &pe)
 }
 
+// runSweep runs s once per rank count of its sweep (or once on every
+// rank); after each size, every rank of the world learns whether it
+// failed, also the ranks that sat that size out.
+func (e *engine) runSweep(ctx context.Context, s *Spec) (results []report.PhaseResult, failed bool, err error) {
+	sizes := []int(s.Ranks)
+	if len(sizes) == 0 {
+		sizes = []int{e.comm.Size()}
+	}
+	for _, k := range sizes {
+		res, err := e.runOnSubset(ctx, s, k, len(s.Ranks) > 1)
+		if err != nil {
+			if e.rank0() && res == nil {
+				res = failedResult(s, k, err)
+			}
+			if res != nil {
+				results = append(results, *res)
+			}
+			return results, true, err
+		}
+		if res != nil {
+			results = append(results, *res)
+		}
+		if failed, err = e.worldFailed(res); err != nil || failed {
+			return results, true, err
+		}
+	}
+	return results, false, nil
+}
+
+// runGroup runs s on the first k ranks and, at the same time, partner on
+// the ranks after them, to measure interference (writers ingesting while
+// readers load). Each group's rank 0 hands its result to world rank 0.
+func (e *engine) runGroup(ctx context.Context, s, partner *Spec) ([]report.PhaseResult, bool, error) {
+	k := s.Ranks[0]
+	m := e.comm.Size() - k
+	if len(partner.Ranks) == 1 {
+		m = partner.Ranks[0]
+	}
+	color := spmd.Undefined
+	switch r := e.comm.Rank(); {
+	case r < k:
+		color = 0
+	case r < k+m:
+		color = 1
+	}
+	sub, err := e.comm.Split(e.coord, color, e.comm.Rank())
+	if err != nil {
+		return nil, true, err
+	}
+	if sub != nil {
+		defer sub.Close()
+	}
+	var res *report.PhaseResult
+	switch color {
+	case 0:
+		res, err = e.runPhase(ctx, sub, s, false)
+	case 1:
+		res, err = e.runPhase(ctx, sub, partner, false)
+	}
+	if err != nil {
+		return nil, true, err
+	}
+	var mine []byte
+	if res != nil {
+		res.Group = s.Group
+		mine, _ = json.Marshal(res)
+	}
+	all, err := e.comm.Gather(e.coord, 0, mine)
+	if err != nil {
+		return nil, true, err
+	}
+	var results []report.PhaseResult
+	failed := int64(0)
+	if e.rank0() {
+		for _, b := range all {
+			if len(b) == 0 {
+				continue
+			}
+			var r report.PhaseResult
+			if err := json.Unmarshal(b, &r); err != nil {
+				return nil, true, fmt.Errorf("group %s: bad result: %w", s.Group, err)
+			}
+			if r.Status != report.StatusPassed {
+				failed = 1
+			}
+			results = append(results, r)
+		}
+		results[0].ConcurrentWith, results[len(results)-1].ConcurrentWith = partner.Name, s.Name
+	}
+	v := []int64{failed}
+	if err := e.comm.AllreduceInt64(e.coord, spmd.Max, v); err != nil {
+		return results, true, err
+	}
+	return results, v[0] != 0, nil
+}
+
+// worldFailed tells every rank whether rank 0's result failed.
+func (e *engine) worldFailed(res *report.PhaseResult) (bool, error) {
+	st := []int64{0}
+	if e.rank0() && res != nil && res.Status != report.StatusPassed {
+		st[0] = 1
+	}
+	if err := e.comm.AllreduceInt64(e.coord, spmd.Max, st); err != nil {
+		return true, err
+	}
+	return st[0] != 0, nil
+}
+
+func failedResult(s *Spec, k int, err error) *report.PhaseResult {
+	return &report.PhaseResult{Index: s.Index, Name: s.Name, Kind: s.Kind, Ranks: k, Status: report.StatusFailed, Error: err.Error(), Expect: []report.Verdict{}}
+}
+
 // runOnSubset runs one phase on the first k ranks; the others return at
 // once (the caller's world reduction waits for the phase to finish).
 func (e *engine) runOnSubset(ctx context.Context, s *Spec, k int, sweep bool) (*report.PhaseResult, error) {
@@ -374,7 +482,7 @@ func (e *engine) runPhase(ctx context.Context, c spmd.Comm, s *Spec, sweep bool)
 	env := &Env{
 		Comm: c, Rank: c.Rank(), Size: c.Size(), Host: c.Host(), Name: s.Name, Kind: s.Kind,
 		Dir: filepath.Join(e.runDir, dirName), Log: e.o.Stderr, State: e.state,
-		phaseIndex: s.Index,
+		WorldRank: e.comm.Rank(), phaseIndex: s.Index,
 	}
 	env.RankDir = filepath.Join(env.Dir, fmt.Sprintf("r%d", env.Rank))
 	res := &report.PhaseResult{
@@ -457,7 +565,7 @@ func (e *engine) runPhase(ctx context.Context, c spmd.Comm, s *Spec, sweep bool)
 	}
 
 	// Gather: small per-rank records, then count arrays reduced op by op.
-	rec := report.NewRankRecord(c.Rank(), c.Host(), measured, busy)
+	rec := report.NewRankRecord(e.comm.Rank(), c.Host(), measured, busy)
 	rec.Metrics = metrics
 	var pe *peerError
 	if failure != nil && !errors.As(failure, &pe) {

@@ -59,6 +59,7 @@ func (e *KeyError) Error() string { return fmt.Sprintf("%s: %s", e.Key, e.Msg) }
 type Env struct {
 	Comm      spmd.Comm // the phase's communicator (a sub-communicator in sweeps)
 	Rank      int       // rank within Comm
+	WorldRank int       // rank in the whole job, as errors and reports name it
 	Size      int       // ranks within Comm
 	Host      string
 	Name      string // the phase's name in the plan
@@ -94,5 +95,5 @@ func (e *Env) SetMetric(name string, v float64) { e.metrics[name] = v }
 // Errorf returns an error prefixed with the phase kind, name and rank, the
 // context every phase error must carry.
 func (e *Env) Errorf(format string, args ...any) error {
-	return fmt.Errorf("%s %q: rank %d: %w", e.Kind, e.Name, e.Rank, fmt.Errorf(format, args...))
+	return fmt.Errorf("%s %q: rank %d: %w", e.Kind, e.Name, e.WorldRank, fmt.Errorf(format, args...))
 }

@@ -40,6 +40,7 @@ type Common struct {
 	Iterations int     `toml:"iterations" doc:"measured repetitions"`
 	Warmup     int     `toml:"warmup" doc:"repetitions run first and excluded from statistics"`
 	Ranks      RankSel `toml:"ranks" doc:"run on the first k ranks, or a sweep [1, 2, 4]; default all"`
+	Group      string  `toml:"group" doc:"run this phase (on its first ranks = k) at the same time as the next phase, which gets the ranks after them"`
 	DropCaches string  `toml:"drop_caches" doc:"override of [plan] drop_caches for this phase"`
 	Expect     *Expect `toml:"expect" doc:"[phase.expect] thresholds; a miss fails the run (exit 1)"`
 }
@@ -234,11 +235,30 @@ func DecodePlan(reg *Registry, file string, src []byte) (*Plan, error) {
 		names[spec.Name] = i
 		p.Phases = append(p.Phases, spec)
 	}
+	for i, s := range p.Phases {
+		if s.Group == "" {
+			continue
+		}
+		line, col := loc.find(i, "phase", "group")
+		groupErr := func(msg string) error {
+			return &PlanError{File: file, Line: line, Col: col, Phase: i + 1, Kind: s.Kind, Key: "group", Msg: msg}
+		}
+		switch {
+		case len(s.Ranks) != 1:
+			return nil, groupErr("a grouped phase needs ranks = k (one count): it runs on the first k ranks while the next phase runs on the others")
+		case i+1 >= len(p.Phases):
+			return nil, groupErr("a grouped phase runs at the same time as the next phase, and this is the last one")
+		case p.Phases[i+1].Group != "" || len(p.Phases[i+1].Ranks) > 1:
+			return nil, groupErr("the phase after a grouped phase must be a plain phase (no group, no sweep)")
+		}
+	}
 	// Unnamed phases are named after their kind, numbered when the kind
 	// repeats, so reports never show two identical rows.
 	count := map[string]int{}
 	for _, s := range p.Phases {
-		count[s.Kind]++
+		if s.Name == "" {
+			count[s.Kind]++
+		}
 	}
 	seq := map[string]int{}
 	for _, s := range p.Phases {

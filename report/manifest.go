@@ -74,22 +74,26 @@ type HostInfo struct {
 
 // PhaseResult is one phase (one rank count of a sweep) as rank 0 saw it.
 type PhaseResult struct {
-	Index       int                `json:"index"`
-	Name        string             `json:"name"`
-	Kind        string             `json:"kind"`
-	Status      string             `json:"status"`
-	Error       string             `json:"error,omitempty"`
-	FailedRank  *int               `json:"failed_rank,omitempty"`
-	Ranks       int                `json:"ranks"`
-	StartedAt   time.Time          `json:"started_at"`
-	WallSeconds float64            `json:"wall_seconds"`
-	Bytes       int64              `json:"bytes"`
-	Ops         int64              `json:"ops"`
-	Errors      int64              `json:"errors"`
-	BytesPerSec float64            `json:"bytes_per_sec"`
-	OpsPerSec   float64            `json:"ops_per_sec"`
-	Latency     Latency            `json:"latency_ns"`
-	OpsByType   map[string]OpStats `json:"ops_by_type"`
+	Index      int    `json:"index"`
+	Name       string `json:"name"`
+	Kind       string `json:"kind"`
+	Status     string `json:"status"`
+	Error      string `json:"error,omitempty"`
+	FailedRank *int   `json:"failed_rank,omitempty"`
+	Ranks      int    `json:"ranks"`
+	// Group and ConcurrentWith mark phases that ran at the same time on
+	// disjoint ranks ([[phase]] group = "…").
+	Group          string             `json:"group,omitempty"`
+	ConcurrentWith string             `json:"concurrent_with,omitempty"`
+	StartedAt      time.Time          `json:"started_at"`
+	WallSeconds    float64            `json:"wall_seconds"`
+	Bytes          int64              `json:"bytes"`
+	Ops            int64              `json:"ops"`
+	Errors         int64              `json:"errors"`
+	BytesPerSec    float64            `json:"bytes_per_sec"`
+	OpsPerSec      float64            `json:"ops_per_sec"`
+	Latency        Latency            `json:"latency_ns"`
+	OpsByType      map[string]OpStats `json:"ops_by_type"`
 	// FirstDoneSeconds and LastDoneSeconds are the fastest and the slowest
 	// rank's busy time: their gap is the straggler spread.
 	FirstDoneSeconds float64            `json:"first_done_seconds"`
