@@ -210,7 +210,12 @@ func (e *engine) execute(ctx context.Context) (*Outcome, error) {
 	}
 	e.cleanup()
 	if e.rank0() && out.ManifestPath != "" {
-		fmt.Fprintf(e.o.Stdout, "manifest: %s\nreport: %s\n", out.ManifestPath, out.ReportPath)
+		// With --json, stdout is the manifest alone, so a pipe into jq works.
+		w := e.o.Stdout
+		if e.o.JSON {
+			w = e.o.Stderr
+		}
+		fmt.Fprintf(w, "manifest: %s\nreport: %s\n", out.ManifestPath, out.ReportPath)
 	}
 	return out, coordErr
 }

@@ -10,6 +10,7 @@ import (
 
 	pio "github.com/prism-hpc/prism/io"
 	"github.com/prism-hpc/prism/report"
+	"github.com/prism-hpc/prism/slurm"
 )
 
 // CollectHost describes this host and the filesystem under workdir for the
@@ -23,9 +24,11 @@ func CollectHost(workdir string) report.HostInfo {
 		GoVersion:     runtime.Version(),
 		GOMAXPROCS:    runtime.GOMAXPROCS(0),
 		Workdir:       workdir,
-		SlurmJobID:    os.Getenv("SLURM_JOB_ID"),
 	}
 	h.Hostname, _ = os.Hostname()
+	if job, ok := slurm.FromEnv(os.Getenv); ok {
+		h.SlurmJobID, h.SlurmNodeList, h.SlurmTasks = job.ID, job.NodeList, job.TasksPerNode
+	}
 	for _, f := range []cpuid.FeatureID{cpuid.AVX2, cpuid.AVX512F, cpuid.AESNI, cpuid.SHA, cpuid.ASIMD} {
 		if cpuid.CPU.Supports(f) {
 			h.CPUFeatures = append(h.CPUFeatures, f.String())

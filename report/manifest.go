@@ -69,6 +69,8 @@ type HostInfo struct {
 	MountOptions  string   `json:"mount_options"`
 	MPILibrary    string   `json:"mpi_library"`
 	SlurmJobID    string   `json:"slurm_job_id"`
+	SlurmNodeList string   `json:"slurm_node_list,omitempty"`
+	SlurmTasks    string   `json:"slurm_tasks_per_node,omitempty"`
 	Warnings      []string `json:"warnings,omitempty"`
 }
 
