@@ -197,10 +197,12 @@ func runRun(ctx context.Context, o runOptions, stdout, stderr io.Writer) int {
 		}
 		if phases.IsCoordination(err) {
 			// The communicator can no longer be trusted: take the job down
-			// so no peer waits out its timeout.
+			// so no peer waits out its timeout. Rank 0 has written what it
+			// had by now.
 			if r, ok := comm.(*spmd.Rendezvous); ok {
 				r.AbortWith(exitFailed, fmt.Sprintf("rank %d: %v", comm.Rank(), err))
 			}
+			comm.Abort(exitFailed)
 		}
 		return exitFailed
 	}
