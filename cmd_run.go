@@ -300,7 +300,9 @@ func launchLocal(ctx context.Context, o runOptions, stdout, stderr io.Writer) in
 		args = append(args, o.plan)
 	}
 	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	// SIGUSR1 (progress snapshot) is forwarded like the others; without
+	// this its default action would kill the launcher and so every rank.
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGUSR1)
 	defer signal.Stop(sigs)
 	code, err := spmd.Launch(ctx, spmd.LaunchConfig{
 		N: o.n, Path: self, Args: args, Env: os.Environ(), Stdout: stdout, Stderr: stderr, Signals: sigs,

@@ -36,5 +36,9 @@ func MustPath(s string) Path {
 // String returns the path as given.
 func (p Path) String() string { return p.s }
 
+// Name points at the path's text without copying it, for a stall watchdog
+// that must name the file of an op while it runs (Recorder.BeginOn).
+func (p *Path) Name() *string { return &p.s }
+
 // ErrEmptyPath is returned when a zero Path is used.
 var ErrEmptyPath = errors.New("io: empty path")

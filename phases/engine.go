@@ -23,7 +23,10 @@ import (
 	"github.com/prism-hpc/prism/spmd"
 )
 
-const defaultCoordinationTimeout = 3 * time.Minute
+const (
+	defaultCoordinationTimeout = 3 * time.Minute
+	defaultStallAfter          = 5 * time.Second
+)
 
 // RunMarker is the file prism writes into every run directory it creates;
 // cleanup removes a directory only when the marker names this run.
@@ -86,6 +89,7 @@ type engine struct {
 	ownDir bool // this rank created runDir (rank 0, or a node-local workdir)
 	state  map[string]any
 	subs   map[int]spmd.Comm
+	stuck  bool // an op was abandoned past op_timeout: leave the run directory alone
 }
 
 func (e *engine) rank0() bool { return e.comm.Rank() == 0 }
@@ -93,6 +97,7 @@ func (e *engine) rank0() bool { return e.comm.Rank() == 0 }
 func (e *engine) execute(ctx context.Context) (*Outcome, error) {
 	p := e.o.Plan
 	started := e.o.Now()
+	watchUSR1()
 	for _, s := range p.Phases {
 		for _, k := range s.Ranks {
 			if k > e.comm.Size() {
@@ -291,6 +296,10 @@ func (e *engine) cleanup() {
 	if !e.ownDir || e.o.Plan.Header.Keep {
 		return
 	}
+	if e.stuck {
+		fmt.Fprintf(e.o.Stderr, "prism: rank %d: not removing %s: an op on it never returned (op_timeout); remove it once the storage answers\n", e.comm.Rank(), e.runDir)
+		return
+	}
 	b, err := os.ReadFile(filepath.Join(e.runDir, RunMarker))
 	if err != nil || strings.TrimSpace(string(b)) != e.runID {
 		fmt.Fprintf(e.o.Stderr, "prism: rank %d: not removing %s: its marker does not name run %s\n", e.comm.Rank(), e.runDir, e.runID)
@@ -487,7 +496,7 @@ func (e *engine) runPhase(ctx context.Context, c spmd.Comm, s *Spec, sweep bool)
 	env := &Env{
 		Comm: c, Rank: c.Rank(), Size: c.Size(), Host: c.Host(), Name: s.Name, Kind: s.Kind,
 		Dir: filepath.Join(e.runDir, dirName), Log: e.o.Stderr, State: e.state,
-		WorldRank: e.comm.Rank(), phaseIndex: s.Index,
+		WorldRank: e.comm.Rank(), phaseIndex: s.Index, spec: s,
 	}
 	env.RankDir = filepath.Join(env.Dir, fmt.Sprintf("r%d", env.Rank))
 	res := &report.PhaseResult{
@@ -516,7 +525,9 @@ func (e *engine) runPhase(ctx context.Context, c spmd.Comm, s *Spec, sweep bool)
 	total := s.Warmup + s.Iterations
 	for it := 0; it < total && failure == nil; it++ {
 		env.Iteration, env.Warmup = it, it < s.Warmup
-		env.set = report.NewSet()
+		env.mu.Lock()
+		env.set, env.extra = report.NewSet(), nil
+		env.mu.Unlock()
 		env.metrics = map[string]float64{}
 
 		failure = e.agree(c, e.step(ctx, c, env, "setup", s.Phase.Setup), "setup")
@@ -569,6 +580,12 @@ func (e *engine) runPhase(ctx context.Context, c spmd.Comm, s *Spec, sweep bool)
 		}
 	}
 
+	if env.stalls > 0 {
+		metrics["stalls"] = float64(env.stalls)
+	}
+	if env.stuck {
+		e.stuck = true
+	}
 	// Gather: small per-rank records, then count arrays reduced op by op.
 	rec := report.NewRankRecord(e.comm.Rank(), c.Host(), measured, busy)
 	rec.Metrics = metrics
@@ -647,6 +664,11 @@ func (e *engine) runPhase(ctx context.Context, c spmd.Comm, s *Spec, sweep bool)
 // such a step returns errStopped, which the agreement does not count as a
 // failure of this rank.
 func (e *engine) step(ctx context.Context, c spmd.Comm, env *Env, what string, fn func(context.Context, *Env) error) (err error) {
+	if env.stuck {
+		// An earlier step left an op stuck in the kernel; touching the
+		// phase's files again could hang this rank too.
+		return env.Errorf("%s: skipped: an earlier op is still stuck", what)
+	}
 	alerter, canAlert := c.(spmd.Alerter)
 	tag := fmt.Sprintf("%d.%d.%d.%s", env.phaseIndex, c.Size(), env.Iteration, what)
 	stepCtx, cancel := context.WithCancelCause(ctx)
@@ -662,25 +684,41 @@ func (e *engine) step(ctx context.Context, c spmd.Comm, env *Env, what string, f
 			}
 		}()
 	}
-	defer func() {
-		if r := recover(); r != nil {
-			err = env.Errorf("%s: panic: %v\n%s", what, r, debug.Stack())
-		}
-		if err == nil {
-			return
-		}
-		if stepCtx.Err() != nil && IsPeerFailure(context.Cause(stepCtx)) && ctx.Err() == nil {
-			err = errStopped
-			return
-		}
-		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
-			err = env.Errorf("%s: interrupted", what)
-		}
-		if canAlert && ctx.Err() == nil {
-			alerter.Alert(tag)
-		}
+	// The step runs in its own goroutine so that an op stuck in the kernel
+	// (a hung NFS server, a FUSE daemon that never answers) cannot hang the
+	// rank past op_timeout: the monitor abandons it and the rank reports.
+	done := make(chan error, 1)
+	go func() {
+		var err error
+		defer func() {
+			if r := recover(); r != nil {
+				err = env.Errorf("%s: panic: %v\n%s", what, r, debug.Stack())
+			}
+			done <- err
+		}()
+		err = fn(stepCtx, env)
 	}()
-	return fn(stepCtx, env)
+	mon := e.startMonitor(env, what, c.Rank() == 0)
+	select {
+	case err = <-done:
+		mon.stop()
+	case err = <-mon.timedOut:
+		mon.stop()
+		env.stuck = true
+	}
+	if err == nil {
+		return nil
+	}
+	if stepCtx.Err() != nil && IsPeerFailure(context.Cause(stepCtx)) && ctx.Err() == nil {
+		return errStopped
+	}
+	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		err = env.Errorf("%s: interrupted", what)
+	}
+	if canAlert && ctx.Err() == nil {
+		alerter.Alert(tag)
+	}
+	return err
 }
 
 // errStopped is the result of a step cancelled because another rank failed.

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -148,6 +147,11 @@ type createFiles struct {
 	fs  fileSet
 }
 
+// ExpectedOps lets the progress line give an ETA.
+func (p *createFiles) ExpectedOps() int64 { return int64(p.cfg.Count) }
+func (p *moveFiles) ExpectedOps() int64   { return int64(p.cfg.Count) }
+func (p *deleteFiles) ExpectedOps() int64 { return int64(p.cfg.Count) }
+
 func (p *createFiles) Config() any                        { return &p.cfg }
 func (p *createFiles) Footprint(ranks int) Footprint      { return p.cfg.Footprint(ranks) }
 func (p *createFiles) Verify(context.Context, *Env) error { return nil }
@@ -159,14 +163,15 @@ func (p *createFiles) Setup(ctx context.Context, env *Env) error {
 func (p *createFiles) Run(ctx context.Context, env *Env) error {
 	rec := env.Recorder("create")
 	done := ctx.Done()
-	for _, path := range p.fs.paths {
+	for i := range p.fs.paths {
+		path := &p.fs.paths[i]
 		select {
 		case <-done:
 			return ctx.Err()
 		default:
 		}
-		start := time.Now()
-		n, err := createOne(path, p.fs.buf)
+		start := rec.BeginOn(path.Name())
+		n, err := createOne(*path, p.fs.buf)
 		rec.Observe(start, n, err)
 		if err != nil {
 			return env.Errorf("create %s: %w%s", path, err, pio.Remedy(err))
@@ -204,7 +209,7 @@ func (p *listFiles) Setup(ctx context.Context, env *Env) error {
 func (p *listFiles) Run(ctx context.Context, env *Env) error {
 	readdir, stat := env.Recorder("readdir"), env.Recorder("stat")
 	dir := pio.MustPath(p.fs.dir)
-	start := time.Now()
+	start := readdir.BeginOn(&p.fs.dir)
 	dfd, err := pio.Open(unix.AT_FDCWD, dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
 	if err == nil {
 		p.scratch, p.raw, err = pio.ReadDir(dfd, p.scratch, p.raw[:0])
@@ -225,7 +230,7 @@ func (p *listFiles) Run(ctx context.Context, env *Env) error {
 			return ctx.Err()
 		default:
 		}
-		start := time.Now()
+		start := stat.BeginOn(&p.fs.dir)
 		err := pio.StatName(dfd, name, &st)
 		stat.Observe(start, 0, err)
 		if err != nil {
@@ -282,14 +287,15 @@ func (p *moveFiles) Setup(ctx context.Context, env *Env) error {
 func (p *moveFiles) Run(ctx context.Context, env *Env) error {
 	rec := env.Recorder("rename")
 	done := ctx.Done()
-	for i, src := range p.fs.paths {
+	for i := range p.fs.paths {
+		src := &p.fs.paths[i]
 		select {
 		case <-done:
 			return ctx.Err()
 		default:
 		}
-		start := time.Now()
-		err := pio.Rename(src, p.dst[i])
+		start := rec.BeginOn(src.Name())
+		err := pio.Rename(*src, p.dst[i])
 		rec.Observe(start, 0, err)
 		if err != nil {
 			return env.Errorf("rename %s -> %s: %w%s", src, p.dst[i], err, pio.Remedy(err))
@@ -338,14 +344,15 @@ func (p *deleteFiles) Setup(ctx context.Context, env *Env) error {
 func (p *deleteFiles) Run(ctx context.Context, env *Env) error {
 	rec := env.Recorder("unlink")
 	done := ctx.Done()
-	for _, path := range p.fs.paths {
+	for i := range p.fs.paths {
+		path := &p.fs.paths[i]
 		select {
 		case <-done:
 			return ctx.Err()
 		default:
 		}
-		start := time.Now()
-		err := pio.Unlink(unix.AT_FDCWD, path)
+		start := rec.BeginOn(path.Name())
+		err := pio.Unlink(unix.AT_FDCWD, *path)
 		rec.Observe(start, 0, err)
 		if err != nil {
 			return env.Errorf("unlink %s: %w%s", path, err, pio.Remedy(err))
@@ -478,36 +485,39 @@ func (p *folderBench) Run(ctx context.Context, env *Env) error {
 			return false
 		}
 	}
-	for _, d := range p.dirs {
+	for i := range p.dirs {
+		d := &p.dirs[i]
 		if stopped() {
 			return ctx.Err()
 		}
-		start := time.Now()
-		err := pio.Mkdir(unix.AT_FDCWD, d, 0o755)
+		start := mk.BeginOn(d.Name())
+		err := pio.Mkdir(unix.AT_FDCWD, *d, 0o755)
 		mk.Observe(start, 0, err)
 		if err != nil {
 			return env.Errorf("mkdir %s: %w%s", d, err, pio.Remedy(err))
 		}
 		p.mkdirs++
 	}
-	for _, f := range p.files {
+	for i := range p.files {
+		f := &p.files[i]
 		if stopped() {
 			return ctx.Err()
 		}
-		start := time.Now()
-		n, err := createOne(f, p.buf)
+		start := cr.BeginOn(f.Name())
+		n, err := createOne(*f, p.buf)
 		cr.Observe(start, n, err)
 		if err != nil {
 			return env.Errorf("create %s: %w%s", f, err, pio.Remedy(err))
 		}
 		p.creates++
 	}
-	for _, f := range p.files {
+	for i := range p.files {
+		f := &p.files[i]
 		if stopped() {
 			return ctx.Err()
 		}
-		start := time.Now()
-		err := pio.Unlink(unix.AT_FDCWD, f)
+		start := ul.BeginOn(f.Name())
+		err := pio.Unlink(unix.AT_FDCWD, *f)
 		ul.Observe(start, 0, err)
 		if err != nil {
 			return env.Errorf("unlink %s: %w%s", f, err, pio.Remedy(err))
@@ -518,7 +528,7 @@ func (p *folderBench) Run(ctx context.Context, env *Env) error {
 		if stopped() {
 			return ctx.Err()
 		}
-		start := time.Now()
+		start := rd.BeginOn(p.dirs[i].Name())
 		err := pio.Rmdir(unix.AT_FDCWD, p.dirs[i])
 		rd.Observe(start, 0, err)
 		if err != nil {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"sync"
+	"time"
 
 	"github.com/prism-hpc/prism/report"
 	"github.com/prism-hpc/prism/spmd"
@@ -80,14 +82,62 @@ type Env struct {
 	set        *report.Set
 	metrics    map[string]float64
 	phaseIndex int
+	spec       *Spec
+
+	mu     sync.Mutex
+	extra  []*report.Set // worker sets handed out by NewSet, watched live
+	stalls int64
+	stuck  bool // an op was abandoned past op_timeout
+}
+
+// NewSet returns a recorder set for one worker goroutine (iodepth > 1,
+// several jobs). The stall watchdog and progress printer see it while the
+// worker runs; Merge it into the rank's set when the worker is done.
+func (e *Env) NewSet() *report.Set {
+	s := report.NewSet()
+	e.mu.Lock()
+	e.extra = append(e.extra, s)
+	e.mu.Unlock()
+	return s
+}
+
+// live snapshots every recorder of the current step.
+func (e *Env) live(now time.Time) []report.Live {
+	e.mu.Lock()
+	sets := append([]*report.Set{e.set}, e.extra...)
+	e.mu.Unlock()
+	var out []report.Live
+	for _, s := range sets {
+		if s != nil {
+			out = append(out, s.Snapshot(now)...)
+		}
+	}
+	return out
+}
+
+func (e *Env) addStall() {
+	e.mu.Lock()
+	e.stalls++
+	e.mu.Unlock()
 }
 
 // Recorder returns this rank's recorder for op in the current iteration.
 // Call it in Setup or before a loop, not between two clock reads.
 func (e *Env) Recorder(op string) *report.Recorder { return e.set.Op(op) }
 
-// Merge adds a worker goroutine's recorders into the rank's.
-func (e *Env) Merge(s *report.Set) { e.set.Merge(s) }
+// Merge adds a worker goroutine's recorders into the rank's and stops
+// watching them (a set merged twice would count twice).
+func (e *Env) Merge(s *report.Set) {
+	e.mu.Lock()
+	for i, x := range e.extra {
+		if x == s {
+			e.extra = append(e.extra[:i], e.extra[i+1:]...)
+			break
+		}
+	}
+	e.mu.Unlock()
+	e.set.Merge(s)
+}
 
 // SetMetric records a phase-specific figure (e.g. au_percent) for this rank.
 func (e *Env) SetMetric(name string, v float64) { e.metrics[name] = v }

@@ -31,18 +31,22 @@ type Header struct {
 	Rendezvous string `toml:"rendezvous" doc:"shared directory for rank coordination without MPI (or PRISM_RENDEZVOUS)"`
 	// CoordinationTimeout bounds every wait for other ranks.
 	CoordinationTimeout Duration `toml:"coordination_timeout" doc:"longest wait for another rank at a barrier before failing"`
+	StallAfter          Duration `toml:"stall_after" doc:"report any single op in flight longer than this, while it is stuck (0 = off)"`
+	OpTimeout           Duration `toml:"op_timeout" doc:"fail the phase when a single op runs longer than this (0 = wait forever)"`
 }
 
 // Common holds the keys every [[phase]] accepts besides its kind's own.
 type Common struct {
-	Kind       string  `toml:"kind" doc:"phase kind (see prism list)"`
-	Name       string  `toml:"name" doc:"name in reports (default: kind, numbered when repeated)"`
-	Iterations int     `toml:"iterations" doc:"measured repetitions"`
-	Warmup     int     `toml:"warmup" doc:"repetitions run first and excluded from statistics"`
-	Ranks      RankSel `toml:"ranks" doc:"run on the first k ranks, or a sweep [1, 2, 4]; default all"`
-	Group      string  `toml:"group" doc:"run this phase (on its first ranks = k) at the same time as the next phase, which gets the ranks after them"`
-	DropCaches string  `toml:"drop_caches" doc:"override of [plan] drop_caches for this phase"`
-	Expect     *Expect `toml:"expect" doc:"[phase.expect] thresholds; a miss fails the run (exit 1)"`
+	Kind       string    `toml:"kind" doc:"phase kind (see prism list)"`
+	Name       string    `toml:"name" doc:"name in reports (default: kind, numbered when repeated)"`
+	Iterations int       `toml:"iterations" doc:"measured repetitions"`
+	Warmup     int       `toml:"warmup" doc:"repetitions run first and excluded from statistics"`
+	Ranks      RankSel   `toml:"ranks" doc:"run on the first k ranks, or a sweep [1, 2, 4]; default all"`
+	Group      string    `toml:"group" doc:"run this phase (on its first ranks = k) at the same time as the next phase, which gets the ranks after them"`
+	DropCaches string    `toml:"drop_caches" doc:"override of [plan] drop_caches for this phase"`
+	StallAfter *Duration `toml:"stall_after" doc:"override of [plan] stall_after"`
+	OpTimeout  *Duration `toml:"op_timeout" doc:"override of [plan] op_timeout"`
+	Expect     *Expect   `toml:"expect" doc:"[phase.expect] thresholds; a miss fails the run (exit 1)"`
 }
 
 // Expect are a phase's acceptance thresholds.
@@ -183,7 +187,7 @@ func DecodePlan(reg *Registry, file string, src []byte) (*Plan, error) {
 		}
 		return nil, &PlanError{File: file, Msg: err.Error()}
 	}
-	p := &Plan{File: file, Source: src, Header: Header{Results: "results", DropCaches: "auto", CoordinationTimeout: Duration(defaultCoordinationTimeout)}}
+	p := &Plan{File: file, Source: src, Header: Header{Results: "results", DropCaches: "auto", CoordinationTimeout: Duration(defaultCoordinationTimeout), StallAfter: Duration(defaultStallAfter)}}
 	for key := range raw {
 		if key != "plan" && key != "phase" {
 			line, col := loc.find(-1, "", key)

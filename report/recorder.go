@@ -2,6 +2,8 @@ package report
 
 import (
 	"sort"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	hdr "github.com/HdrHistogram/hdrhistogram-go"
@@ -27,6 +29,38 @@ type Recorder struct {
 	Bytes  int64
 	Errors int64
 	MaxNs  int64
+
+	// live is what other goroutines may read while the worker runs: the
+	// progress printer and the stall watchdog. Single writer, atomic stores.
+	live struct {
+		inflight atomic.Int64 // start of the op in flight (ns since epoch), 0 if none
+		target   atomic.Pointer[string]
+		done     atomic.Int64 // ops + errors so far
+		bytes    atomic.Int64
+	}
+}
+
+// epoch anchors the monotonic in-flight timestamps; Sub of two time.Times
+// with monotonic readings needs no clock read.
+var epoch = time.Now()
+
+// Begin marks an op in flight, for the stall watchdog, and returns its
+// start: use it instead of time.Now() in timed loops.
+//
+//	start := rec.Begin()
+//	n, err := pio.Pread(fd, buf, off)
+//	rec.Observe(start, n, err)
+func (r *Recorder) Begin() time.Time {
+	t := time.Now()
+	r.live.inflight.Store(int64(t.Sub(epoch)) + 1)
+	return t
+}
+
+// BeginOn is Begin for an op on a named file, so a stall report can name
+// it. target must outlive the op (point into a slice prepared in Setup).
+func (r *Recorder) BeginOn(target *string) time.Time {
+	r.live.target.Store(target)
+	return r.Begin()
 }
 
 // NewRecorder returns an empty recorder for op.
@@ -46,8 +80,10 @@ func (r *Recorder) Observe(start time.Time, n int, err error) {
 // external tool such as fio, or by a caller that shares one clock read
 // between two ops).
 func (r *Recorder) ObserveNs(ns, n int64, err error) {
+	r.live.inflight.Store(0)
 	if err != nil {
 		r.Errors++
+		r.live.done.Add(1)
 		return
 	}
 	if ns < LowestNs {
@@ -60,9 +96,33 @@ func (r *Recorder) ObserveNs(ns, n int64, err error) {
 		r.MaxNs = ns
 	}
 	r.Ops++
+	r.live.done.Store(r.Ops + r.Errors)
 	if n > 0 {
 		r.Bytes += n
+		r.live.bytes.Store(r.Bytes)
 	}
+}
+
+// Live is a consistent-enough view of a recorder taken from another
+// goroutine while its worker runs.
+type Live struct {
+	Op       string
+	Done     int64         // ops finished (including failed ones)
+	Bytes    int64         // bytes moved by successful ops
+	InFlight time.Duration // how long the current op has been running; 0 if none
+	Target   string        // file of the current op, if the phase named it
+}
+
+// Snapshot reads the live counters; safe to call concurrently with Observe.
+func (r *Recorder) Snapshot(now time.Time) Live {
+	l := Live{Op: r.Op, Done: r.live.done.Load(), Bytes: r.live.bytes.Load()}
+	if s := r.live.inflight.Load(); s != 0 {
+		l.InFlight = now.Sub(epoch) - time.Duration(s-1)
+		if t := r.live.target.Load(); t != nil {
+			l.Target = *t
+		}
+	}
+	return l
 }
 
 // Merge adds o's observations into r.
@@ -78,7 +138,10 @@ func (r *Recorder) Merge(o *Recorder) {
 
 // Set holds one Recorder per op type: a worker's (or a rank's) measurements.
 // Lookups happen when a phase is set up, never between two timestamps.
+// The map is guarded so a watchdog may list recorders while a worker adds
+// one; the recorders themselves are not.
 type Set struct {
+	mu   sync.Mutex
 	recs map[string]*Recorder
 }
 
@@ -87,6 +150,8 @@ func NewSet() *Set { return &Set{recs: map[string]*Recorder{}} }
 
 // Op returns the recorder for op, creating it on first use.
 func (s *Set) Op(op string) *Recorder {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if r, ok := s.recs[op]; ok {
 		return r
 	}
@@ -95,8 +160,21 @@ func (s *Set) Op(op string) *Recorder {
 	return r
 }
 
+// Snapshot reads every recorder's live counters.
+func (s *Set) Snapshot(now time.Time) []Live {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Live, 0, len(s.recs))
+	for _, r := range s.recs {
+		out = append(out, r.Snapshot(now))
+	}
+	return out
+}
+
 // Ops returns the op names in sorted order.
 func (s *Set) Ops() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	names := make([]string, 0, len(s.recs))
 	for n := range s.recs {
 		names = append(names, n)
@@ -106,18 +184,24 @@ func (s *Set) Ops() []string {
 }
 
 // Get returns the recorder for op, or nil.
-func (s *Set) Get(op string) *Recorder { return s.recs[op] }
+func (s *Set) Get(op string) *Recorder {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.recs[op]
+}
 
 // Merge adds every recorder of o into s.
 func (s *Set) Merge(o *Set) {
 	for _, name := range o.Ops() {
-		s.Op(name).Merge(o.recs[name])
+		s.Op(name).Merge(o.Get(name))
 	}
 }
 
 // Totals sums ops, bytes and errors over every op type, and the largest
 // single latency.
 func (s *Set) Totals() (ops, bytes, errors, maxNs int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	for _, r := range s.recs {
 		ops += r.Ops
 		bytes += r.Bytes

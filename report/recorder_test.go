@@ -70,17 +70,36 @@ func TestSetMergeTotals(t *testing.T) {
 // record per op. It must report 0 allocs/op.
 func BenchmarkRecorderObserve(b *testing.B) {
 	r := NewRecorder("stat")
+	target := "/data/file"
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		start := time.Now()
+		start := r.BeginOn(&target)
 		r.Observe(start, 4096, nil)
+	}
+}
+
+func TestLiveSnapshot(t *testing.T) {
+	r := NewRecorder("open")
+	target := "/mnt/stuck"
+	start := r.BeginOn(&target)
+	l := r.Snapshot(start.Add(6 * time.Second))
+	if l.InFlight < 6*time.Second || l.InFlight > 7*time.Second || l.Target != target || l.Done != 0 {
+		t.Fatalf("in flight: %+v", l)
+	}
+	r.Observe(start, 10, nil)
+	r.Begin()
+	r.Observe(time.Now(), 0, errors.New("eio"))
+	l = r.Snapshot(time.Now())
+	if l.InFlight != 0 || l.Done != 2 || l.Bytes != 10 {
+		t.Fatalf("after: %+v", l)
 	}
 }
 
 func TestRecorderObserveAllocatesNothing(t *testing.T) {
 	r := NewRecorder("stat")
-	if n := testing.AllocsPerRun(1000, func() { r.Observe(time.Now(), 4096, nil) }); n != 0 {
+	target := "/x"
+	if n := testing.AllocsPerRun(1000, func() { r.Observe(r.BeginOn(&target), 4096, nil) }); n != 0 {
 		t.Fatalf("Observe allocates %.1f per op, want 0", n)
 	}
 }
