@@ -195,12 +195,22 @@ func runRun(ctx context.Context, o runOptions, stdout, stderr io.Writer) int {
 		if !phases.IsPeerFailure(err) {
 			fmt.Fprintf(stderr, "prism: rank %d: %v\n", comm.Rank(), err)
 		}
-		if phases.IsCoordination(err) {
+		// Under MPI nothing times out: after an error that not every rank
+		// shares (rank 0 could not write the results, an MPI call failed on
+		// one rank) the others would wait in a collective forever, and
+		// MPI_Finalize in comm.Close would wait for them. So under MPI any
+		// error here takes the job down.
+		mpiJob := comm.Kind() == "mpi" && comm.Size() > 1
+		if phases.IsCoordination(err) || mpiJob {
 			// The communicator can no longer be trusted: take the job down
 			// so no peer waits out its timeout. Rank 0 has written what it
-			// had by now.
+			// had by now; under MPI the other ranks give it time to, since
+			// MPI_Abort ends every rank at once.
 			if r, ok := comm.(*spmd.Rendezvous); ok {
 				r.AbortWith(exitFailed, fmt.Sprintf("rank %d: %v", comm.Rank(), err))
+			}
+			if mpiJob && comm.Rank() != 0 {
+				time.Sleep(mpiAbortGrace)
 			}
 			comm.Abort(exitFailed)
 		}
@@ -214,6 +224,11 @@ func runRun(ctx context.Context, o runOptions, stdout, stderr io.Writer) int {
 	}
 	return exitOK
 }
+
+// mpiAbortGrace is how long a rank other than 0 waits before MPI_Abort
+// after an error, so that rank 0 can write the manifest first (rank 0
+// aborts as soon as it has, which ends the wait).
+const mpiAbortGrace = 5 * time.Second
 
 func exitCodeFor(s os.Signal) int {
 	if s == syscall.SIGTERM {

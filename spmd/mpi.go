@@ -23,6 +23,7 @@ package spmd
 #cgo !mpicc pkg-config: ompi-c
 #include <stdint.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <mpi.h>
 
 enum { PRISM_INT64 = 0, PRISM_DOUBLE = 1, PRISM_BYTE = 2 };
@@ -117,6 +118,116 @@ static int prism_gather(int h, void *sbuf, int n, int dt, void *rbuf, int root) 
 static int prism_gatherv(int h, void *sbuf, int n, void *rbuf, int *counts, int *displs, int root) {
 	return MPI_Gatherv(sbuf, n, MPI_BYTE, rbuf, counts, displs, MPI_BYTE, root, prism_comm(h));
 }
+
+// Alerts (see alert.go's Alerter) travel on a private duplicate of each
+// communicator, so they can never match collective traffic, as two int64:
+// the hash of the tag and the sender's world rank. Buffers MPI keeps using
+// after a nonblocking call returns live in C memory (cgo forbids C from
+// keeping Go pointers).
+enum { PRISM_ALERT_TAG = 0x5052, PRISM_ALERT_WORDS = 2 };
+
+static int prism_comm_dup(int h, int *out) {
+	MPI_Comm c;
+	int rc = MPI_Comm_dup(prism_comm(h), &c);
+	if (rc == MPI_SUCCESS) *out = (int)MPI_Comm_c2f(c);
+	return rc;
+}
+
+// prism_arecv is one posted alert receive.
+typedef struct {
+	MPI_Request req;
+	int64_t msg[PRISM_ALERT_WORDS];
+} prism_arecv;
+
+static prism_arecv *prism_arecv_new(void) {
+	prism_arecv *r = calloc(1, sizeof *r);
+	if (r) r->req = MPI_REQUEST_NULL;
+	return r;
+}
+static void prism_arecv_free(prism_arecv *r) { free(r); }
+static int prism_arecv_post(int h, prism_arecv *r) {
+	return MPI_Irecv(r->msg, PRISM_ALERT_WORDS, MPI_INT64_T, MPI_ANY_SOURCE, PRISM_ALERT_TAG, prism_comm(h), &r->req);
+}
+static int prism_arecv_pending(prism_arecv *r) { return r->req != MPI_REQUEST_NULL; }
+// prism_arecv_test sets *flag when a message arrived (the request is then
+// complete and MPI_REQUEST_NULL).
+static int prism_arecv_test(prism_arecv *r, int *flag) {
+	return MPI_Test(&r->req, flag, MPI_STATUS_IGNORE);
+}
+// prism_arecv_cancel withdraws a pending receive and waits until MPI is done
+// with it; *received says that a message matched it before the cancel did.
+static int prism_arecv_cancel(prism_arecv *r, int *received) {
+	*received = 0;
+	if (r->req == MPI_REQUEST_NULL) return MPI_SUCCESS;
+	int rc = MPI_Cancel(&r->req);
+	if (rc != MPI_SUCCESS) return rc;
+	MPI_Status st;
+	rc = MPI_Wait(&r->req, &st);
+	if (rc != MPI_SUCCESS) return rc;
+	int cancelled = 0;
+	rc = MPI_Test_cancelled(&st, &cancelled);
+	*received = rc == MPI_SUCCESS && !cancelled;
+	return rc;
+}
+
+// prism_asend is one alert sent to every other rank: the message and the
+// requests of its sends, kept until they complete.
+typedef struct {
+	int n;
+	int64_t msg[PRISM_ALERT_WORDS];
+	MPI_Request reqs[];
+} prism_asend;
+
+// prism_alert_send starts an MPI_Isend of (hash, world) to every rank of h
+// but rank; it never blocks. *out is NULL only if malloc failed.
+static int prism_alert_send(int h, int64_t hash, int64_t world, int rank, int size, prism_asend **out) {
+	prism_asend *s = malloc(sizeof *s + (size_t)size * sizeof(MPI_Request));
+	*out = s;
+	if (!s) return MPI_ERR_NO_MEM;
+	s->n = 0;
+	s->msg[0] = hash;
+	s->msg[1] = world;
+	MPI_Comm c = prism_comm(h);
+	int rc = MPI_SUCCESS;
+	// Starting after this rank spreads simultaneous alerters over the
+	// receivers instead of all hitting rank 0 first.
+	for (int i = 1; i < size; i++) {
+		int e = MPI_Isend(s->msg, PRISM_ALERT_WORDS, MPI_INT64_T, (rank + i) % size, PRISM_ALERT_TAG, c, &s->reqs[s->n]);
+		if (e == MPI_SUCCESS)
+			s->n++;
+		else if (rc == MPI_SUCCESS)
+			rc = e;
+	}
+	return rc;
+}
+static int prism_asend_test(prism_asend *s, int *done) {
+	return MPI_Testall(s->n, s->reqs, done, MPI_STATUSES_IGNORE);
+}
+static void prism_asend_free(prism_asend *s) { free(s); }
+// prism_asend_abandon hands the sends still pending over to MPI
+// (MPI_Request_free); s must not be freed afterwards, since MPI may still
+// read its message.
+static void prism_asend_abandon(prism_asend *s) {
+	for (int i = 0; i < s->n; i++)
+		if (s->reqs[i] != MPI_REQUEST_NULL) MPI_Request_free(&s->reqs[i]);
+}
+
+// prism_alert_drain receives every alert that has arrived on h and not been
+// received, so none is left pending when h is freed; *n counts them.
+static int prism_alert_drain(int h, int *n) {
+	MPI_Comm c = prism_comm(h);
+	*n = 0;
+	for (;;) {
+		int flag = 0;
+		MPI_Status st;
+		int rc = MPI_Iprobe(MPI_ANY_SOURCE, PRISM_ALERT_TAG, c, &flag, &st);
+		if (rc != MPI_SUCCESS || !flag) return rc;
+		int64_t msg[PRISM_ALERT_WORDS];
+		rc = MPI_Recv(msg, PRISM_ALERT_WORDS, MPI_INT64_T, st.MPI_SOURCE, PRISM_ALERT_TAG, c, MPI_STATUS_IGNORE);
+		if (rc != MPI_SUCCESS) return rc;
+		(*n)++;
+	}
+}
 */
 import "C"
 
@@ -125,12 +236,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"math"
 	"os"
 	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 )
 
@@ -152,9 +265,14 @@ type MPI struct {
 	rank      int
 	size      int
 	localRank int
+	worldRank int // this process's rank in MPI_COMM_WORLD, which alerts name
 	host      string
 	world     bool
 	closed    atomic.Bool
+	// ah is the Fortran handle of the private duplicate that carries
+	// alerts (Alerter); al is the alert state.
+	ah C.int
+	al mpiAlerts
 }
 
 var _ Comm = (*MPI)(nil)
@@ -172,6 +290,9 @@ type mpiProcess struct {
 	// finalized is set before MPI_Finalize starts: from then on no MPI call
 	// may be made, so methods check it and fail instead of crashing.
 	finalized atomic.Bool
+	// subs are the communicators from Split not closed yet: closing the
+	// world stops their alert watchers before MPI_Finalize.
+	subs map[*MPI]struct{}
 }
 
 var mpiState mpiProcess
@@ -327,7 +448,21 @@ func (m *MPI) setup() error {
 	if err != nil {
 		return err
 	}
+	// The alert communicator comes last, so that nothing can fail after it
+	// exists and leak it.
+	var ah C.int
+	if err := mpiCheck("MPI_Comm_dup", C.prism_comm_dup(m.h, &ah)); err != nil {
+		return err
+	}
+	if err := mpiCheck("MPI_Comm_set_errhandler", C.prism_set_errors_return(ah)); err != nil {
+		C.prism_comm_free(ah)
+		return err
+	}
+	m.ah = ah
 	m.rank, m.size, m.localRank = int(rank), int(size), int(local)
+	if m.world {
+		m.worldRank = m.rank
+	}
 	return nil
 }
 
@@ -671,11 +806,18 @@ func (m *MPI) Split(ctx context.Context, color, key int) (Comm, error) {
 	if isnull != 0 {
 		return nil, nil // a nil interface, not a typed nil *MPI
 	}
-	sub := &MPI{h: h, host: m.host}
+	sub := &MPI{h: h, host: m.host, worldRank: m.worldRank}
 	if err := sub.setup(); err != nil {
 		C.prism_comm_free(h)
 		return nil, err
 	}
+	s := &mpiState
+	s.mu.Lock()
+	if s.subs == nil {
+		s.subs = map[*MPI]struct{}{}
+	}
+	s.subs[sub] = struct{}{}
+	s.mu.Unlock()
 	return sub, nil
 }
 
@@ -695,19 +837,288 @@ func (m *MPI) Abort(code int) {
 // sub-communicator after MPI was finalized is a no-op. If MPI was
 // initialized by someone else in the process, closing the world
 // communicator leaves finalizing to them.
+//
+// Close first ends the communicator's alerts (closeAlerts): watchers still
+// running are stopped, alerts nobody received are drained, and the alert
+// communicator is freed, so that no pending message or request outlives it.
 func (m *MPI) Close() error {
+	s := &mpiState
 	if !m.world {
-		if !m.closed.CompareAndSwap(false, true) || mpiState.finalized.Load() {
+		if !m.closed.CompareAndSwap(false, true) {
 			return nil
 		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		delete(s.subs, m)
+		if s.finalized.Load() {
+			return nil
+		}
+		m.closeAlerts()
 		return mpiCheck("MPI_Comm_free", C.prism_comm_free(m.h))
 	}
-	s := &mpiState
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !m.closed.CompareAndSwap(false, true) || !s.owned {
+	if !m.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	// Sub-communicators left open keep their handles, but no goroutine of
+	// theirs may call MPI from now on.
+	for sub := range s.subs {
+		sub.stopAlerts()
+	}
+	s.subs = nil
+	m.closeAlerts()
+	if !s.owned {
 		return nil
 	}
 	s.finalized.Store(true)
 	return s.finalizeOnLockedThread()
+}
+
+var _ Alerter = (*MPI)(nil)
+
+// alertMPIPoll is how often a watcher tests its pending receive: MPI_Test
+// is a local call costing microseconds, so this can be much shorter than
+// the rendezvous's file poll.
+const alertMPIPoll = 20 * time.Millisecond
+
+// mpiAlerts is a communicator's alert state. One listener goroutine runs
+// while at least one watcher does: it keeps one MPI_Irecv(MPI_ANY_SOURCE)
+// posted on the alert communicator and hands every alert to the watchers of
+// its tag, so that watchers of different tags on one communicator never
+// take each other's messages. Every alert received is remembered by tag
+// hash, which makes an alert that arrived before its Watch (or while no
+// watcher ran) fire that Watch at once, as the rendezvous's alert file
+// does; alerts of other tags (stale ones from earlier steps) fire nothing.
+type mpiAlerts struct {
+	mu       sync.Mutex
+	closed   bool
+	seen     map[uint64]int // tag hash -> world rank of its first alert
+	watchers map[*mpiWatcher]struct{}
+	// quit and done belong to the running listener; nil when none runs.
+	quit, done chan struct{}
+	listeners  sync.WaitGroup
+	// sends are this rank's alert sends not known to be complete.
+	sends []*C.prism_asend
+}
+
+type mpiWatcher struct {
+	hash  uint64
+	ch    chan int
+	fired bool
+}
+
+func alertHash(tag string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(tag))
+	return h.Sum64()
+}
+
+// Alert sends the tag's hash and this rank's world rank to every other
+// rank of the communicator with MPI_Isend on the alert communicator. It
+// never blocks: the sends complete on their own (they are a few bytes, so
+// MPI sends them eagerly) and are reaped by later Alerts and by Close. An
+// alert already received for tag is not repeated: its sender reached every
+// rank already. Failures are ignored, alerts being best effort.
+func (m *MPI) Alert(tag string) {
+	if m.size < 2 || m.closed.Load() || mpiState.finalized.Load() {
+		return
+	}
+	h := alertHash(tag)
+	a := &m.al
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return
+	}
+	if _, ok := a.seen[h]; ok {
+		return
+	}
+	a.reapSends()
+	var s *C.prism_asend
+	C.prism_alert_send(m.ah, C.int64_t(int64(h)), C.int64_t(m.worldRank), C.int(m.rank), C.int(m.size), &s)
+	if s != nil {
+		a.sends = append(a.sends, s)
+	}
+}
+
+// Watch delivers the world rank of the first alert for tag. stop is
+// idempotent and returns once no receive of this watcher's is pending;
+// call it before Close (Close stops watchers left running anyway).
+func (m *MPI) Watch(tag string) (<-chan int, func()) {
+	fired := make(chan int, 1)
+	nop := func() {}
+	if m.size < 2 {
+		return fired, nop
+	}
+	w := &mpiWatcher{hash: alertHash(tag), ch: fired}
+	a := &m.al
+	a.mu.Lock()
+	if a.closed || m.closed.Load() || mpiState.finalized.Load() {
+		a.mu.Unlock()
+		return fired, nop
+	}
+	if r, ok := a.seen[w.hash]; ok {
+		a.mu.Unlock()
+		fired <- r
+		return fired, nop
+	}
+	if a.watchers == nil {
+		a.watchers = map[*mpiWatcher]struct{}{}
+	}
+	a.watchers[w] = struct{}{}
+	if a.quit == nil {
+		a.quit, a.done = make(chan struct{}), make(chan struct{})
+		a.listeners.Add(1)
+		go m.listen(a.quit, a.done)
+	}
+	a.mu.Unlock()
+	var once sync.Once
+	return fired, func() { once.Do(func() { m.unwatch(w) }) }
+}
+
+// unwatch removes w and, if it was the last watcher, stops the listener
+// and waits until its receive is cancelled.
+func (m *MPI) unwatch(w *mpiWatcher) {
+	a := &m.al
+	a.mu.Lock()
+	delete(a.watchers, w)
+	var done chan struct{}
+	if len(a.watchers) == 0 && a.quit != nil {
+		close(a.quit)
+		done = a.done
+		a.quit, a.done = nil, nil
+	}
+	a.mu.Unlock()
+	if done != nil {
+		<-done
+	}
+}
+
+// deliver records an alert and fires the watchers of its tag.
+func (a *mpiAlerts) deliver(hash uint64, rank int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.seen == nil {
+		a.seen = map[uint64]int{}
+	}
+	if _, ok := a.seen[hash]; !ok {
+		a.seen[hash] = rank
+	}
+	for w := range a.watchers {
+		if w.hash == hash && !w.fired {
+			w.fired = true
+			w.ch <- rank // buffered, and each watcher fires once
+		}
+	}
+}
+
+// listen keeps a receive posted on the alert communicator and tests it
+// every alertMPIPoll until quit is closed, then cancels it (MPI_Cancel and
+// MPI_Wait); a message that matched before the cancel is still delivered.
+func (m *MPI) listen(quit <-chan struct{}, done chan<- struct{}) {
+	defer m.al.listeners.Done()
+	defer close(done)
+	r := C.prism_arecv_new()
+	if r == nil {
+		<-quit
+		return
+	}
+	defer C.prism_arecv_free(r)
+	take := func() { m.al.deliver(uint64(r.msg[0]), int(r.msg[1])) }
+	finish := func() {
+		var received C.int
+		if C.prism_arecv_cancel(r, &received) == C.PRISM_SUCCESS && received != 0 {
+			take()
+		}
+	}
+	t := time.NewTicker(alertMPIPoll)
+	defer t.Stop()
+	for {
+		// Take every alert that has arrived, then sleep.
+		for {
+			if C.prism_arecv_pending(r) == 0 {
+				if C.prism_arecv_post(m.ah, r) != C.PRISM_SUCCESS {
+					<-quit // alerts are best effort: stay idle until stopped
+					return
+				}
+			}
+			var flag C.int
+			if C.prism_arecv_test(r, &flag) != C.PRISM_SUCCESS {
+				finish()
+				<-quit
+				return
+			}
+			if flag == 0 {
+				break
+			}
+			take()
+		}
+		select {
+		case <-quit:
+			finish()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// reapSends frees the alert sends that have completed. a.mu is held.
+func (a *mpiAlerts) reapSends() {
+	keep := a.sends[:0]
+	for _, s := range a.sends {
+		var done C.int
+		if C.prism_asend_test(s, &done) == C.PRISM_SUCCESS && done != 0 {
+			C.prism_asend_free(s)
+			continue
+		}
+		keep = append(keep, s)
+	}
+	clear(a.sends[len(keep):])
+	a.sends = keep
+}
+
+// stopAlerts ends m's alerts without freeing anything: no Alert or Watch
+// starts anything from now on, and the listener, if one runs, has cancelled
+// its receive and returned when stopAlerts returns.
+func (m *MPI) stopAlerts() {
+	a := &m.al
+	a.mu.Lock()
+	a.closed = true
+	a.watchers = nil
+	if a.quit != nil {
+		close(a.quit)
+		a.quit, a.done = nil, nil
+	}
+	a.mu.Unlock()
+	a.listeners.Wait()
+}
+
+// alertSendGrace bounds how long Close waits for this rank's own alert
+// sends to complete before handing them over to MPI.
+const alertSendGrace = time.Second
+
+// closeAlerts ends m's alerts before the communicator goes: it stops the
+// listener (its receive cancelled), receives the alerts nobody took
+// (MPI_Iprobe loop), waits a little for this rank's sends, abandons any
+// still pending with MPI_Request_free, and frees the alert communicator.
+// m.closed is already set, so no Alert or Watch starts anything new.
+func (m *MPI) closeAlerts() {
+	m.stopAlerts()
+	a := &m.al
+	var n C.int
+	C.prism_alert_drain(m.ah, &n)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	deadline := time.Now().Add(alertSendGrace)
+	for a.reapSends(); len(a.sends) > 0 && time.Now().Before(deadline); a.reapSends() {
+		time.Sleep(time.Millisecond)
+		C.prism_alert_drain(m.ah, &n)
+	}
+	for _, s := range a.sends {
+		// Leaked on purpose: MPI may still read the message.
+		C.prism_asend_abandon(s)
+	}
+	a.sends = nil
+	C.prism_comm_free(m.ah)
 }

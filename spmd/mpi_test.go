@@ -525,3 +525,157 @@ func TestMPIAvailable(t *testing.T) {
 	}
 	t.Logf("MPI library: %s", v)
 }
+
+// TestMPIAlert checks the MPI Alerter: an alert reaches the watchers of its
+// tag on every other rank, within a fraction of a second, without blocking
+// the alerter; watchers of other tags, and of other communicators, do not
+// fire; an alert that arrived before its Watch fires it at once; and Close
+// finishes (so mpirun exits 0) with alerts nobody received and a watcher
+// left running.
+func TestMPIAlert(t *testing.T) {
+	if !mpiChild(t) {
+		res := runUnderMPI(t, mpiTestRanks, 120*time.Second)
+		t.Logf("mpirun exit %d after %v\n%s", res.exitCode, res.elapsed.Round(time.Millisecond), res.out)
+		if res.exitCode != 0 || res.timedOut {
+			t.Fatalf("mpirun failed (exit %d, timed out %v)", res.exitCode, res.timedOut)
+		}
+		got := okRanks(res.out)
+		for i := 0; i < mpiTestRanks; i++ {
+			if !got[i] {
+				t.Errorf("rank %d did not report ok", i)
+			}
+		}
+		return
+	}
+	mpiAlertChild(t)
+}
+
+func mpiAlertChild(t *testing.T) {
+	r, wd := startRank(t)
+	defer wd.Stop()
+	c, rank := r.c, r.rank
+	ctx := context.Background()
+	const (
+		alertDelay = 200 * time.Millisecond
+		bound      = 5 * time.Second // generous: 4 ranks share 2 cores
+		quiet      = 300 * time.Millisecond
+	)
+	var al Alerter = c
+	expect := func(f <-chan int, want int, what string, since time.Time) time.Duration {
+		select {
+		case got := <-f:
+			if got != want {
+				r.fatalf("%s: alert from rank %d, want %d", what, got, want)
+			}
+			return time.Since(since)
+		case <-time.After(bound):
+			r.fatalf("%s: no alert within %v", what, bound)
+		}
+		return 0
+	}
+	silent := func(f <-chan int, what string) {
+		select {
+		case got := <-f:
+			r.fatalf("%s fired (rank %d)", what, got)
+		case <-time.After(quiet):
+		}
+	}
+
+	// 1. Rank 2 alerts "a"; the others watch "a" and "b" at once on the
+	// same communicator, so the two watchers share one listener.
+	var fa, fb <-chan int
+	var stopA, stopB func()
+	if rank != 2 {
+		fa, stopA = al.Watch("a")
+		fb, stopB = al.Watch("b")
+	}
+	r.no(c.Barrier(ctx), "Barrier 1")
+	start := time.Now()
+	if rank == 2 {
+		time.Sleep(alertDelay)
+		t0 := time.Now()
+		al.Alert("a")
+		// Nobody ever watches "nobody" on ranks 0 and 3: Close drains it.
+		al.Alert("nobody")
+		if d := time.Since(t0); d > 100*time.Millisecond {
+			r.fatalf("Alert blocked for %v", d)
+		}
+	} else {
+		d := expect(fa, 2, `watcher of "a"`, start)
+		fmt.Printf("rank %d: alert received %v after it was sent\n", rank, (d - alertDelay).Round(time.Millisecond))
+		silent(fb, `watcher of "b"`)
+		stopA()
+		stopA() // idempotent
+		stopB()
+		stopB()
+	}
+	r.no(c.Barrier(ctx), "Barrier 2")
+
+	// 2. An alert that arrived before its Watch fires it at once (rank 1
+	// either received "nobody" with the listener of step 1 or receives it
+	// now); a stale alert of another tag fires nothing (rank 3 receives
+	// "nobody" while watching "c").
+	switch rank {
+	case 1:
+		f, stop := al.Watch("nobody")
+		expect(f, 2, `late watcher of "nobody"`, time.Now())
+		stop()
+	case 3:
+		f, stop := al.Watch("c")
+		silent(f, `watcher of "c"`)
+		stop()
+	}
+	r.no(c.Barrier(ctx), "Barrier 3")
+
+	// 3. Sub-communicators: the odd half {1, 3} and the even half {0, 2}.
+	// World rank 3 alerts "x" on the odd half; world rank 1 learns world
+	// rank 3 (as the rendezvous names world ranks); the even half's
+	// watchers of "x", on their own communicator, do not fire.
+	sc, err := c.Split(ctx, rank%2, rank)
+	r.no(err, "Split")
+	sal, ok := sc.(Alerter)
+	if !ok {
+		r.fatalf("a sub-communicator of *MPI is not an Alerter")
+	}
+	var fx <-chan int
+	var stopX func()
+	if rank != 3 {
+		fx, stopX = sal.Watch("x")
+	}
+	r.no(sc.Barrier(ctx), "sub Barrier")
+	switch rank {
+	case 3:
+		sal.Alert("x")
+	case 1:
+		expect(fx, 3, `sub watcher of "x"`, time.Now())
+	default:
+		silent(fx, `even half's watcher of "x"`)
+	}
+	if stopX != nil {
+		stopX()
+	}
+	r.no(sc.Barrier(ctx), "sub Barrier 2")
+	r.no(sc.Close(), "sub Close")
+	if f, stop := sal.Watch("y"); f == nil {
+		r.fatalf("Watch on a closed communicator returned a nil channel")
+	} else {
+		stop()
+	}
+	sal.Alert("y") // a no-op once closed
+
+	// 4. Close with an alert nobody receives and, on rank 3, a watcher
+	// never stopped: Close drains and stops, and MPI_Finalize returns.
+	if rank == 0 {
+		al.Alert("late")
+	}
+	if rank == 3 {
+		al.Watch("never")
+	}
+	r.no(c.Barrier(ctx), "final Barrier")
+	wd.Stop()
+	if err := c.Close(); err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL rank %d: Close: %v\n", rank, err)
+		os.Exit(1)
+	}
+	fmt.Printf("ok rank %d\n", rank)
+}
