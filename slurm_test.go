@@ -1,0 +1,162 @@
+package main
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// slurmUp brings up the single-node test cluster (slurm/cluster.sh, which
+// installs Slurm when missing) and brings it down when the test ends, pass
+// or fail, unless it was already running before. It returns the
+// environment for Slurm's client commands.
+func slurmUp(t *testing.T) []string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: slurm/cluster.sh installs Slurm and starts munged, slurmctld and slurmd (make test runs as root in CI)")
+	}
+	script, err := filepath.Abs("slurm/cluster.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := os.Getenv("PRISM_SLURM_DIR")
+	if state == "" {
+		state = "/var/tmp/prism-slurm"
+	}
+	env := append(cleanEnv(), "SLURM_CONF="+filepath.Join(state, "slurm.conf"), "PRISM_SLURM_DIR="+state)
+	cluster := func(verb string) ([]byte, error) {
+		cmd := exec.Command(script, verb)
+		cmd.Env = env
+		return cmd.CombinedOutput()
+	}
+	_, statusErr := cluster("status")
+	wasUp := statusErr == nil
+	start := time.Now()
+	out, err := cluster("up")
+	t.Logf("slurm/cluster.sh up: %.1fs", time.Since(start).Seconds())
+	if !wasUp {
+		// Registered before the check, so a half-started cluster goes too.
+		t.Cleanup(func() {
+			if out, err := cluster("down"); err != nil {
+				t.Errorf("slurm/cluster.sh down: %v\n%s", err, out)
+			}
+		})
+	}
+	if err != nil {
+		t.Fatalf("slurm/cluster.sh up: %v\n%s", err, out)
+	}
+	return env
+}
+
+// sbatchWait submits a batch script with `sbatch --wait --parsable` and
+// returns the job id and the job's output file.
+func sbatchWait(t *testing.T, env []string, dir string, args ...string) (string, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	out := filepath.Join(dir, "job-%j.out")
+	full := append([]string{"--wait", "--parsable", "--chdir=" + dir, "--output=" + out, "--time=5"}, args...)
+	cmd := exec.CommandContext(ctx, "sbatch", full...)
+	cmd.Env = env
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	id, _, _ := strings.Cut(strings.TrimSpace(stdout.String()), ";")
+	jobOut := strings.ReplaceAll(out, "%j", id)
+	b, _ := os.ReadFile(jobOut)
+	if err != nil || !regexp.MustCompile(`^\d+$`).MatchString(id) {
+		if ctx.Err() != nil && id != "" {
+			exec.Command("scancel", id).Run()
+		}
+		t.Fatalf("sbatch %v: %v (job %q)\nstderr: %s\njob output:\n%s", args, err, id, stderr.String(), b)
+	}
+	return id, string(b)
+}
+
+const slurmPlan = `
+[plan]
+name = "slurm"
+drop_caches = "none"
+
+[[phase]]
+kind = "create_files"
+count = 25
+size = "1KiB"
+
+[[phase]]
+kind = "list_files"
+count = 25
+shared_dir = true
+`
+
+// TestSlurmBatch is the users' first command on a real (single-node)
+// Slurm: sbatch examples/prism.sbatch with the plan, binary and
+// directories passed through --export, 4 MPI ranks started by
+// srun --mpi=pmix. Then the same with a script written by `prism sbatch`
+// for paths full of shell metacharacters.
+func TestSlurmBatch(t *testing.T) {
+	needMPI(t)
+	env := slurmUp(t)
+	dir := t.TempDir()
+	plan := writePlan(t, dir, slurmPlan)
+	work := filepath.Join(dir, "work")
+	os.Mkdir(work, 0o755)
+	res := filepath.Join(dir, "res")
+	example, _ := filepath.Abs("examples/prism.sbatch")
+
+	start := time.Now()
+	id, out := sbatchWait(t, env, dir, "--nodes=1", "--ntasks=4", "--ntasks-per-node=4",
+		"--export=ALL,PRISM_PLAN="+plan+",PRISM_BIN="+prismBin+",PRISM_WORKDIR="+work+",PRISM_RESULTS="+res, example)
+	t.Logf("sbatch --wait examples/prism.sbatch: job %s in %.1fs", id, time.Since(start).Seconds())
+	m := loadManifest(t, result{stdout: out})
+	if m.Status != "passed" || m.Comm.Kind != "mpi" || m.Comm.Ranks != 4 {
+		t.Fatalf("status %s comm %+v\n%s", m.Status, m.Comm, out)
+	}
+	switch m.Comm.RankSource {
+	case "PMIX_RANK", "PMI_RANK", "SLURM_PROCID":
+	default:
+		t.Errorf("rank_source %q, want a PMIx or Slurm variable", m.Comm.RankSource)
+	}
+	if m.Host.SlurmJobID != id || m.Host.SlurmNodeList != "localhost" || m.Host.SlurmTasks != "4" {
+		t.Errorf("host slurm fields: job %q (submitted %s) nodes %q tasks %q", m.Host.SlurmJobID, id, m.Host.SlurmNodeList, m.Host.SlurmTasks)
+	}
+	want := map[string]int64{"create_files": 4 * 25, "list_files": 4 + 4*4*25}
+	for _, p := range m.Phases {
+		if p.Status != "passed" || len(p.PerRank) != 4 || p.Ops != want[p.Kind] {
+			t.Errorf("%s: status %s, %d ranks, %d ops (want %d)", p.Name, p.Status, len(p.PerRank), p.Ops, want[p.Kind])
+		}
+	}
+	if ents, _ := os.ReadDir(work); len(ents) != 0 {
+		t.Errorf("workdir not cleaned: %v", ents)
+	}
+
+	t.Run("prism sbatch", func(t *testing.T) {
+		// Paths a shell would mangle if the script quoted them wrongly.
+		odd := filepath.Join(dir, "it's a \"dir\" with $HOME and `id`")
+		os.MkdirAll(filepath.Join(odd, "work"), 0o755)
+		oddPlan := writePlan(t, odd, slurmPlan)
+		r := prism(t, dir, "sbatch", oddPlan, "--nodes", "1", "--ntasks-per-node", "2", "--time", "5",
+			"--bin", prismBin, "--workdir", filepath.Join(odd, "work"), "--results", filepath.Join(odd, "res"))
+		if r.code != 0 {
+			t.Fatalf("prism sbatch: exit %d: %s", r.code, r.stderr)
+		}
+		script := filepath.Join(dir, "job.sbatch")
+		os.WriteFile(script, []byte(r.stdout), 0o644)
+		id, out := sbatchWait(t, env, dir, script)
+		m := loadManifest(t, result{stdout: out})
+		if m.Status != "passed" || m.Comm.Kind != "mpi" || m.Comm.Ranks != 2 || m.Host.SlurmJobID != id {
+			t.Fatalf("status %s comm %+v job %q (submitted %s)", m.Status, m.Comm, m.Host.SlurmJobID, id)
+		}
+		if m.Host.Workdir != filepath.Join(odd, "work") || !strings.HasPrefix(m.RunDir, filepath.Join(odd, "work")) {
+			t.Errorf("workdir %q run dir %q", m.Host.Workdir, m.RunDir)
+		}
+		if _, err := os.Stat(filepath.Join(odd, "res", "slurm", m.RunID, "manifest.json")); err != nil {
+			t.Errorf("manifest not under --results: %v", err)
+		}
+	})
+}
