@@ -30,6 +30,12 @@ const usage = `usage:
   prism [run] [-n N] [plan.toml] [--workdir DIR] [--results DIR] [--json]
   prism check [-n N] plan.toml     validate; print the resolved plan and its files/bytes
   prism list                       phase kinds, their parameters and defaults
+  prism report [--out FILE] [--label a,b] manifest.json [more.json …]
+                                   report.html of a run, or several runs overlaid
+  prism compare [--threshold 10%] [--json] base.json new.json
+                                   per-phase changes; exit 1 on a regression
+  prism sbatch [--nodes N] [--ntasks-per-node M] [--time T] [--partition P] … plan.toml
+                                   print a Slurm batch script that runs the plan with srun
   prism version
 
 With no plan, prism run uses the embedded quickstart plan in a temporary directory.
@@ -49,6 +55,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdCheck(args, stdout, stderr)
 	case "list":
 		return cmdList(args, stdout, stderr)
+	case "report":
+		return cmdReport(args, stdout, stderr)
+	case "compare":
+		return cmdCompare(args, stdout, stderr)
+	case "sbatch":
+		return cmdSbatch(args, stdout, stderr)
 	case "version":
 		return cmdVersion(args, stdout, stderr)
 	case "help", "-h", "--help":

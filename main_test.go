@@ -199,7 +199,7 @@ func TestRunFourRanks(t *testing.T) {
 			t.Errorf("%s: cache %+v", p.Name, p.Cache)
 		}
 	}
-	if !strings.Contains(r.stdout, "create_files") || !strings.HasSuffix(strings.TrimSpace(r.stdout), "summary.txt") {
+	if !strings.Contains(r.stdout, "create_files") || !strings.HasSuffix(strings.TrimSpace(r.stdout), "report.html") {
 		t.Errorf("summary/last lines:\n%s", r.stdout)
 	}
 	// Cleanup: prism's run directory is gone; what was there before stays.

@@ -1,6 +1,7 @@
 package phases
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -771,7 +772,10 @@ func (e *engine) writeResults(m *report.Manifest, out *Outcome) error {
 		return fmt.Errorf("results: %w", err)
 	}
 	out.Manifest = m
+	// Flags go into the manifest and every rendering of it.
+	report.Flags(m)
 	out.ManifestPath = filepath.Join(dir, "manifest.json")
+	// The manifest first: whatever fails after it, the results survive.
 	if err := report.WriteManifest(out.ManifestPath, m); err != nil {
 		return err
 	}
@@ -779,8 +783,22 @@ func (e *engine) writeResults(m *report.Manifest, out *Outcome) error {
 	if err := report.WriteSummary(&sb, m); err != nil {
 		return err
 	}
-	out.ReportPath = filepath.Join(dir, "summary.txt")
-	if err := report.WriteFileAtomic(out.ReportPath, []byte(sb.String())); err != nil {
+	if err := report.WriteFileAtomic(filepath.Join(dir, "summary.txt"), []byte(sb.String())); err != nil {
+		return err
+	}
+	var junit bytes.Buffer
+	if err := report.WriteJUnit(&junit, m); err != nil {
+		return err
+	}
+	if err := report.WriteFileAtomic(filepath.Join(dir, "junit.xml"), junit.Bytes()); err != nil {
+		return err
+	}
+	var page bytes.Buffer
+	if err := report.WriteHTML(&page, []*report.Manifest{m}); err != nil {
+		return err
+	}
+	out.ReportPath = filepath.Join(dir, "report.html")
+	if err := report.WriteFileAtomic(out.ReportPath, page.Bytes()); err != nil {
 		return err
 	}
 	if e.o.JSON {

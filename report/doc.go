@@ -1,6 +1,9 @@
 // Package report owns measurement and results: the per-worker Recorder that
 // times each operation into an HdrHistogram, the merge of histograms across
-// workers and ranks, the manifest (manifest.json) and the text summary.
+// workers and ranks, the manifest (manifest.json), the text summary,
+// junit.xml, the self-contained report.html (plots drawn with gonum/plot as
+// inline SVG), outlier flags (stragglers, scale inversions) and the
+// comparison of two runs with a noise-aware verdict.
 //
 // Histogram geometry is fixed for the whole program (LowestNs..HighestNs at
 // SigFigs significant figures) so that rank 0 can sum count arrays from every

@@ -40,6 +40,9 @@ type Manifest struct {
 	Kept          bool          `json:"kept"`
 	Plan          any           `json:"plan"`
 	Phases        []PhaseResult `json:"phases"`
+	// Flags are the outliers Flags found: scale inversions in sweeps and
+	// straggler ranks.
+	Flags []Flag `json:"flags,omitempty"`
 }
 
 // CommInfo says how the ranks found each other.
