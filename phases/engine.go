@@ -564,12 +564,16 @@ func (e *engine) runPhase(ctx context.Context, c spmd.Comm, s *Spec, sweep bool)
 				walls = append(walls, float64(v[2]+v[1])/1e9)
 				busy += t1.Sub(t0).Seconds()
 				measured.Merge(env.set)
-				for k, x := range env.metrics {
-					metrics[k] = x
-				}
 			}
 			if failure == nil {
 				failure = e.agree(c, e.step(ctx, c, env, "verify", s.Phase.Verify), "verify")
+			}
+			// Metrics are taken after Verify, so a phase may compute them
+			// there (outside the timed region).
+			if !env.Warmup {
+				for k, x := range env.metrics {
+					metrics[k] = x
+				}
 			}
 		}
 		// Teardown always runs, so a failed iteration leaves nothing behind.
@@ -782,6 +786,19 @@ func (e *engine) writeResults(m *report.Manifest, out *Outcome) error {
 	var sb strings.Builder
 	if err := report.WriteSummary(&sb, m); err != nil {
 		return err
+	}
+	// MLPerf-style phases add their figures of merit as [METRIC] lines,
+	// printed exactly as MLPerf Storage prints them.
+	for i := range m.Phases {
+		res := &m.Phases[i]
+		if res.Index < 0 || res.Index >= len(e.o.Plan.Phases) {
+			continue
+		}
+		if ml, ok := e.o.Plan.Phases[res.Index].Phase.(MetricLiner); ok {
+			for _, line := range ml.MetricLines(res) {
+				sb.WriteString(line + "\n")
+			}
+		}
 	}
 	if err := report.WriteFileAtomic(filepath.Join(dir, "summary.txt"), []byte(sb.String())); err != nil {
 		return err

@@ -49,6 +49,13 @@ type Footprint struct {
 	Bytes int64
 }
 
+// MetricLiner is implemented by phases that report figures of merit the
+// way another tool prints them (MLPerf Storage's "[METRIC] …" lines); rank 0
+// prints them after the summary, computed from the phase's aggregate result.
+type MetricLiner interface {
+	MetricLines(res *report.PhaseResult) []string
+}
+
 // KeyError is a bad value of one plan key.
 type KeyError struct {
 	Key string

@@ -71,6 +71,7 @@ func (r *Registry) Names() []string {
 func Default() *Registry {
 	r := NewRegistry()
 	registerMetadata(r)
+	registerCheckpoint(r)
 	registerWorkflow(r)
 	return r
 }
