@@ -2,9 +2,11 @@ package phases
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prism-hpc/prism/examples"
 )
@@ -150,6 +152,15 @@ func FuzzDecodePlan(f *testing.F) {
 	}
 	f.Add([]byte(goodPlan))
 	f.Fuzz(func(t *testing.T, b []byte) {
+		done := make(chan struct{})
+		defer close(done)
+		go func() {
+			select {
+			case <-done:
+			case <-time.After(5 * time.Second):
+				panic(fmt.Sprintf("DecodePlan still running after 5s on %q", b))
+			}
+		}()
 		p, err := DecodePlan(Default(), "fuzz.toml", b)
 		if err == nil && (p == nil || len(p.Phases) == 0) {
 			t.Fatal("nil error without phases")

@@ -250,12 +250,17 @@ func ReadManifest(path string) (*Manifest, error) {
 	if err != nil {
 		return nil, err
 	}
+	return ParseManifest(path, b)
+}
+
+// ParseManifest decodes manifest JSON; name is used in messages.
+func ParseManifest(name string, b []byte) (*Manifest, error) {
 	var m Manifest
 	if err := json.Unmarshal(b, &m); err != nil {
-		return nil, fmt.Errorf("%s: not a prism manifest: %w", path, err)
+		return nil, fmt.Errorf("%s: not a prism manifest: %w", name, err)
 	}
 	if m.SchemaVersion == 0 || m.SchemaVersion > SchemaVersion {
-		return nil, fmt.Errorf("%s: schema_version %d not understood (this prism reads up to %d)", path, m.SchemaVersion, SchemaVersion)
+		return nil, fmt.Errorf("%s: schema_version %d not understood (this prism reads up to %d)", name, m.SchemaVersion, SchemaVersion)
 	}
 	return &m, nil
 }
