@@ -72,6 +72,7 @@ func Default() *Registry {
 	r := NewRegistry()
 	registerMetadata(r)
 	registerCheckpoint(r)
+	registerBlockIO(r)
 	registerWorkflow(r)
 	return r
 }

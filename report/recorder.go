@@ -56,6 +56,15 @@ func (r *Recorder) Begin() time.Time {
 	return t
 }
 
+// BeginAt marks an op in flight that started at t, for loops that already
+// read the clock (one read per op: an op's end is the next op's start).
+func (r *Recorder) BeginAt(target *string, t time.Time) {
+	if target != nil {
+		r.live.target.Store(target)
+	}
+	r.live.inflight.Store(int64(t.Sub(epoch)) + 1)
+}
+
 // BeginOn is Begin for an op on a named file, so a stall report can name
 // it. target must outlive the op (point into a slice prepared in Setup).
 func (r *Recorder) BeginOn(target *string) time.Time {
