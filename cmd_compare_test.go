@@ -148,7 +148,11 @@ func TestCompareRealRuns(t *testing.T) {
 		if a == "" || b == "" {
 			t.FailNow()
 		}
-		code, out := compare(t, a, b)
+		// Tail percentiles of two concurrent runs on a shared 2-core
+		// machine swing by tens of percent (a p99 of 150 vs 200 µs was
+		// seen), more than their in-run sampling error; 50% still sits far
+		// below the 3x+ change the slow-storage case must flag.
+		code, out := compare(t, "--threshold", "50%", a, b)
 		if code != exitOK || strings.Contains(out, "regression  ") {
 			t.Fatalf("exit %d on the same storage:\n%s", code, out)
 		}

@@ -1,10 +1,14 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -157,5 +161,177 @@ func TestRankFailureImmutableDir(t *testing.T) {
 		if pr.Rank != 2 && (pr.Error != "" || pr.Ops == 0 || pr.Ops >= 200000) {
 			t.Errorf("rank %d: ops %d error %q", pr.Rank, pr.Ops, pr.Error)
 		}
+	}
+}
+
+// startPrism runs prism in the background; the caller waits on the
+// returned channel for its exit code.
+func startPrism(t *testing.T, dir string, args ...string) (*exec.Cmd, *strings.Builder, <-chan int) {
+	t.Helper()
+	cmd := exec.Command(prismBin, args...)
+	cmd.Dir = dir
+	cmd.Env = cleanEnv()
+	var out strings.Builder
+	var mu sync.Mutex
+	w := writerFunc(func(p []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return out.Write(p) })
+	cmd.Stdout, cmd.Stderr = w, w
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan int, 1)
+	go func() {
+		err := cmd.Wait()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+			if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+				code = 128 + int(ws.Signal())
+			}
+		}
+		done <- code
+	}()
+	t.Cleanup(func() { cmd.Process.Kill() })
+	return cmd, &out, done
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// waitGlob polls until pattern matches, or fails the test.
+func waitGlob(t *testing.T, pattern string, bound time.Duration) string {
+	t.Helper()
+	deadline := time.Now().Add(bound)
+	for time.Now().Before(deadline) {
+		if m, _ := filepath.Glob(pattern); len(m) > 0 {
+			return m[0]
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatalf("%s never appeared", pattern)
+	return ""
+}
+
+// launcherChildren returns the pids of the local launcher's rank
+// processes, keyed by PRISM_RANK.
+func launcherChildren(parent int) map[int]int {
+	out := map[int]int{}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+		if len(f) < 2 || f[1] != strconv.Itoa(parent) {
+			continue
+		}
+		env, _ := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+		for _, kv := range strings.Split(string(env), "\x00") {
+			if v, ok := strings.CutPrefix(kv, "PRISM_RANK="); ok {
+				if r, err := strconv.Atoi(v); err == nil {
+					out[r] = pid
+				}
+			}
+		}
+	}
+	return out
+}
+
+const longPlan = "[plan]\ndrop_caches = \"none\"\n[[phase]]\nkind = \"create_files\"\ncount = 400000\nsize = 0\n[[phase]]\nkind = \"delete_files\"\ncount = 5\n"
+
+// TestSigtermWritesPartialResults: Slurm's time limit sends SIGTERM. prism
+// stops issuing ops, writes the manifest with what completed, marks it
+// interrupted, removes its run directory and exits 143 within seconds.
+func TestSigtermWritesPartialResults(t *testing.T) {
+	dir := t.TempDir()
+	work := filepath.Join(dir, "work")
+	os.Mkdir(work, 0o755)
+	plan := writePlan(t, dir, longPlan)
+	cmd, out, done := startPrism(t, dir, "run", "-n", "3", plan, "--workdir", work, "--results", filepath.Join(dir, "res"))
+	waitGlob(t, filepath.Join(work, "prism-*", "01-create_files", "r2", "files", "f2.100"), 60*time.Second)
+	cmd.Process.Signal(syscall.SIGTERM)
+	var code int
+	select {
+	case code = <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("still running a minute after SIGTERM\n%s", out.String())
+	}
+	if code != 143 {
+		t.Fatalf("exit %d, want 143\n%s", code, out.String())
+	}
+	m := loadManifest(t, result{stdout: out.String()})
+	p := m.Phases[0]
+	if m.Status != "interrupted" || p.Status != "interrupted" || p.Ops == 0 || p.Ops >= 3*400000 || m.Phases[1].Status != "skipped" {
+		t.Fatalf("manifest status %s, phase %s with %d ops, next %s", m.Status, p.Status, p.Ops, m.Phases[1].Status)
+	}
+	if left, _ := filepath.Glob(filepath.Join(work, "prism-*")); len(left) != 0 {
+		t.Errorf("run directory left behind: %v", left)
+	}
+}
+
+// TestRankKilledRendezvous: a rank SIGKILLed mid-phase under the local
+// launcher brings the others down within a bounded time; rank 0 still
+// writes the manifest naming the dead rank.
+func TestRankKilledRendezvous(t *testing.T) {
+	dir := t.TempDir()
+	work := filepath.Join(dir, "work")
+	os.Mkdir(work, 0o755)
+	plan := writePlan(t, dir, longPlan)
+	cmd, out, done := startPrism(t, dir, "run", "-n", "3", plan, "--workdir", work, "--results", filepath.Join(dir, "res"))
+	waitGlob(t, filepath.Join(work, "prism-*", "01-create_files", "r1", "files", "f1.100"), 60*time.Second)
+	kids := launcherChildren(cmd.Process.Pid)
+	if len(kids) != 3 {
+		t.Fatalf("found rank processes %v", kids)
+	}
+	syscall.Kill(kids[1], syscall.SIGKILL)
+	var code int
+	select {
+	case code = <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("still running a minute after rank 1 died\n%s", out.String())
+	}
+	if code != 137 {
+		t.Errorf("exit %d, want 137 (the dead rank's status)\n%s", code, out.String())
+	}
+	for r, pid := range kids {
+		if syscall.Kill(pid, 0) == nil {
+			if stat, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); !strings.Contains(string(stat), ") Z") {
+				t.Errorf("rank %d (pid %d) still alive", r, pid)
+			}
+		}
+	}
+	m := loadManifest(t, result{stdout: out.String()})
+	if m.Status != "failed" || !strings.Contains(m.Error+m.Phases[0].Error, "rank 1") {
+		t.Errorf("manifest status %s error %q / %q", m.Status, m.Error, m.Phases[0].Error)
+	}
+}
+
+// TestReadOnlyWorkdir: a read-only bind mount fails with the errno and a
+// remedy, and nothing is written there.
+func TestReadOnlyWorkdir(t *testing.T) {
+	needRoot(t)
+	dir := t.TempDir()
+	src, ro := filepath.Join(dir, "src"), filepath.Join(dir, "ro")
+	os.Mkdir(src, 0o755)
+	os.Mkdir(ro, 0o755)
+	if out, err := exec.Command("mount", "--bind", src, ro).CombinedOutput(); err != nil {
+		t.Skipf("bind mount: %v %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("umount", "-l", ro).Run() })
+	if out, err := exec.Command("mount", "-o", "remount,bind,ro", ro).CombinedOutput(); err != nil {
+		t.Skipf("remount ro: %v %s", err, out)
+	}
+	plan := writePlan(t, dir, "[[phase]]\nkind = \"create_files\"\ncount = 3\n")
+	r := prism(t, dir, "run", "-n", "2", plan, "--workdir", ro, "--results", filepath.Join(dir, "res"))
+	if r.code != 1 || !strings.Contains(r.stderr, "read-only file system") || !strings.Contains(r.stderr, "mounted read-only") {
+		t.Fatalf("exit %d stderr %q", r.code, r.stderr)
+	}
+	if ents, _ := os.ReadDir(src); len(ents) != 0 {
+		t.Errorf("wrote %v", ents)
 	}
 }

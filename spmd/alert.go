@@ -42,7 +42,8 @@ func (c *Rendezvous) Alert(tag string) {
 	_ = c.publish(c.commPath(), c.alertName(tag), []byte(strconv.Itoa(c.job.rank)))
 }
 
-// Watch polls for the alert file of tag by its exact name.
+// Watch polls for the alert file of tag by its exact name, and for the
+// job's abort file.
 func (c *Rendezvous) Watch(tag string) (<-chan int, func()) {
 	fired := make(chan int, 1)
 	done := make(chan struct{})
@@ -60,6 +61,13 @@ func (c *Rendezvous) Watch(tag string) (<-chan int, func()) {
 			case <-done:
 				return
 			case <-t.C:
+			}
+			// An aborted job (a rank that died under the launcher, a
+			// peer's Abort) is an alert for every step: its ranks leave
+			// their loops and learn the cause at the next collective.
+			if f := c.job.aborted(); f != nil {
+				fired <- f.rank
+				return
 			}
 			b, err := os.ReadFile(path)
 			if err != nil {
