@@ -36,6 +36,8 @@ const usage = `usage:
                                    per-phase changes; exit 1 on a regression
   prism sbatch [--nodes N] [--ntasks-per-node M] [--time T] [--partition P] … plan.toml
                                    print a Slurm batch script that runs the plan with srun
+  prism datasize [--workload unet3d] [--accelerator h100] [--accelerators N] [--hosts N] [--memory SIZE]
+                                   MLPerf's minimum training dataset (num_files, bytes) for a job
   prism version
 
 With no plan, prism run uses the embedded quickstart plan in a temporary directory.
@@ -61,6 +63,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdCompare(args, stdout, stderr)
 	case "sbatch":
 		return cmdSbatch(args, stdout, stderr)
+	case "datasize":
+		return cmdDatasize(args, stdout, stderr)
 	case "version":
 		return cmdVersion(args, stdout, stderr)
 	case "help", "-h", "--help":

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	hdr "github.com/HdrHistogram/hdrhistogram-go"
+	"golang.org/x/sys/unix"
 
 	pio "github.com/prism-hpc/prism/io"
 	"github.com/prism-hpc/prism/report"
@@ -91,6 +92,7 @@ type engine struct {
 	state  map[string]any
 	subs   map[int]spmd.Comm
 	stuck  bool // an op was abandoned past op_timeout: leave the run directory alone
+	tty    bool // stderr is a terminal: progress is a bar redrawn in place
 }
 
 func (e *engine) rank0() bool { return e.comm.Rank() == 0 }
@@ -99,6 +101,10 @@ func (e *engine) execute(ctx context.Context) (*Outcome, error) {
 	p := e.o.Plan
 	started := e.o.Now()
 	watchUSR1()
+	if f, ok := e.o.Stderr.(*os.File); ok {
+		_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+		e.tty = err == nil
+	}
 	for _, s := range p.Phases {
 		for _, k := range s.Ranks {
 			if k > e.comm.Size() {
@@ -261,7 +267,7 @@ func (e *engine) makeRunDir(workdir string) error {
 		return err
 	}
 	if err := os.Mkdir(e.runDir, 0o755); err != nil {
-		return fmt.Errorf("create run directory: %w", err)
+		return fmt.Errorf("create run directory: %w%s", err, pio.Remedy(err))
 	}
 	e.ownDir = true
 	if err := os.WriteFile(filepath.Join(e.runDir, RunMarker), []byte(e.runID+"\n"), 0o644); err != nil {
@@ -848,6 +854,10 @@ func evaluate(x *Expect, r *report.PhaseResult) []report.Verdict {
 	}
 	if x.MaxErrors != nil {
 		out = append(out, report.Verdict{Metric: "max_errors", Limit: fmt.Sprint(*x.MaxErrors), Value: fmt.Sprint(r.Errors), Raw: float64(r.Errors), Passed: r.Errors <= *x.MaxErrors})
+	}
+	if x.MinAU != nil {
+		au, ok := r.Metrics["au_percent"]
+		out = append(out, report.Verdict{Metric: "min_au", Limit: fmt.Sprintf("%g%%", *x.MinAU), Value: fmt.Sprintf("%.2f%%", au), Raw: au, Passed: ok && au >= *x.MinAU})
 	}
 	return out
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -61,9 +62,13 @@ func (e *engine) startMonitor(env *Env, what string, rank0 bool) *monitor {
 		defer t.Stop()
 		reported := map[string]bool{}
 		lastProgress := started
+		drewBar := false
 		for {
 			select {
 			case <-m.quit:
+				if drewBar {
+					fmt.Fprintln(e.o.Stderr)
+				}
 				return
 			case <-usr1:
 				e.printSnapshot(env, what, started, time.Now(), "snapshot")
@@ -87,9 +92,17 @@ func (e *engine) startMonitor(env *Env, what string, rank0 bool) *monitor {
 						env.WorldRank, env.Kind, env.Name, what, l.Op, orUnknown(l.Target), l.InFlight.Round(time.Millisecond), stallAfter)
 				}
 			}
-			if rank0 && what == "run" && now.Sub(started) >= progressAfter && now.Sub(lastProgress) >= progressEvery {
-				lastProgress = now
-				e.printSnapshot(env, what, started, now, "progress")
+			if rank0 && what == "run" && now.Sub(started) >= progressAfter {
+				switch {
+				case e.tty:
+					// On a terminal: one bar, redrawn in place every tick.
+					e.printBar(env, started, now)
+					drewBar = true
+				case now.Sub(lastProgress) >= progressEvery:
+					// Under Slurm or in a file: a plain line every 5 s.
+					lastProgress = now
+					e.printSnapshot(env, what, started, now, "progress")
+				}
 			}
 		}
 	}()
@@ -119,6 +132,33 @@ func (e *engine) printSnapshot(env *Env, what string, started, now time.Time, la
 	fmt.Fprintf(e.o.Stderr, "prism: %s: rank %d: %s %q %s iter %d: %d ops, %s, %.0f ops/s, %.1f MiB/s, %s elapsed%s (x%d ranks: ~%.0f ops/s)\n",
 		label, env.WorldRank, env.Kind, env.Name, what, env.Iteration, done, report.FormatBytes(bytes), rate, bw,
 		time.Duration(el*float64(time.Second)).Round(100*time.Millisecond), eta, env.Size, rate*float64(env.Size))
+}
+
+// printBar redraws rank 0's progress bar (a terminal only).
+func (e *engine) printBar(env *Env, started, now time.Time) {
+	var done, bytes int64
+	for _, l := range env.live(now) {
+		done += l.Done
+		bytes += l.Bytes
+	}
+	el := now.Sub(started)
+	frac, eta := -1.0, ""
+	if x, ok := env.spec.Phase.(interface{ ExpectedOps() int64 }); ok && x.ExpectedOps() > 0 {
+		frac = float64(done) / float64(x.ExpectedOps())
+		if frac > 0 && frac < 1 {
+			eta = " ETA " + time.Duration(float64(el)*(1-frac)/frac).Round(time.Second).String()
+		}
+	}
+	const width = 30
+	bar := strings.Repeat("·", width)
+	pct := ""
+	if frac >= 0 {
+		n := int(min(frac, 1) * width)
+		bar = strings.Repeat("#", n) + strings.Repeat("·", width-n)
+		pct = fmt.Sprintf(" %3.0f%%", min(frac, 1)*100)
+	}
+	rate := float64(done) / el.Seconds()
+	fmt.Fprintf(e.o.Stderr, "\r%s [%s]%s %d ops %s %.0f ops/s (rank 0) %s%s   ", env.Name, bar, pct, done, report.FormatBytes(bytes), rate, el.Round(time.Second), eta)
 }
 
 func orUnknown(s string) string {

@@ -59,6 +59,7 @@ type Expect struct {
 	MinBandwidth *Rate     `toml:"min_bandwidth" doc:"aggregate bandwidth at least, e.g. \"1GiB/s\""`
 	MinIOPS      *float64  `toml:"min_iops" doc:"aggregate ops per second at least"`
 	MaxErrors    *int64    `toml:"max_errors" doc:"failed ops at most"`
+	MinAU        *float64  `toml:"min_au" doc:"train: accelerator utilisation (au_percent) at least, in percent"`
 }
 
 // Rate is a bandwidth such as "1GiB/s" or "500MB/s".

@@ -74,6 +74,7 @@ func Default() *Registry {
 	registerCheckpoint(r)
 	registerBlockIO(r)
 	registerWorkflow(r)
+	registerData(r)
 	return r
 }
 
