@@ -17,7 +17,7 @@ export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_mpi_yield_when_idle=1
 export OMPI_MCA_rmaps_base_oversubscribe=1
 
-.PHONY: build run test test-go deps bench fuzz lint clean
+.PHONY: build run test test-go deps bench fuzz lint clean slurm-up slurm-down
 
 build:
 	$(GOENV) $(GO) build $(TAGS) -trimpath -ldflags "$(LDFLAGS)" -o $(BIN) .
@@ -36,14 +36,20 @@ test: deps
 
 test-go: lint build
 	PRISM_BIN=$(abspath $(BIN)) $(GOENV) $(GO) test $(TAGS) -count=1 -timeout 15m ./...
-	$(GOENV) $(GO) test $(TAGS) -run '^$$' -fuzz FuzzDecodePlan -fuzztime 15s ./phases
+	.ci/fuzz.sh 8
 
+# Every fuzz target (plan decoder, host lists, HF config, fio JSON,
+# manifests) for FUZZTIME seconds each.
+FUZZTIME ?= 120
 fuzz:
-	$(GO) test -run '^$$' -fuzz FuzzDecodePlan -fuzztime 120s ./phases
+	.ci/fuzz.sh $(FUZZTIME)
 
 bench: build
 	$(GOENV) $(GO) test $(TAGS) -run '^$$' -bench . -benchmem ./report ./phases ./spmd
 	PRISM_BIN=$(abspath $(BIN)) ./phases/bench/metadata.sh
+	PRISM_BIN=$(abspath $(BIN)) ./phases/bench/coord.sh
+	PRISM_BIN=$(abspath $(BIN)) ./phases/bench/checkpoint.sh
+	PRISM_BIN=$(abspath $(BIN)) ./phases/bench/blockio.sh
 
 lint:
 	@test -z "$$(gofmt -l .)" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
@@ -52,3 +58,11 @@ lint:
 
 clean:
 	rm -rf bin results
+
+# A one-node Slurm cluster (as root; installs Slurm and munge when missing)
+# for trying `sbatch examples/prism.sbatch`; the Slurm test starts its own.
+slurm-up:
+	@slurm/cluster.sh up
+
+slurm-down:
+	@slurm/cluster.sh down

@@ -1,0 +1,186 @@
+#!/usr/bin/env bash
+# Metadata rates of prism against the syscall floor (run by `make bench`).
+#
+# For create (create_files), stat (list_files), rename (move_files) and
+# unlink (delete_files) this runs prism's phase on 1 rank and on `-n 2`
+# ranks, and floor.c -- the same syscalls in a C loop, the same layout,
+# counts and sizes, per-rank worker processes released together -- on the
+# same filesystem, and prints prism ops/s / floor ops/s. Target: >= 0.95.
+#
+# Samples: each side yields one ops/s figure per measured iteration (prism:
+# the ops of one iteration / its wall, max end - min start over ranks, read
+# from the manifest; floor: one run, total ops / (last end - first start)).
+# Each side does 1 warm-up (discarded) + 3 measured iterations per round,
+# in one directory; prism and floor of one (op, ranks) run back to back,
+# alternating which goes first from round to round.
+#
+# Statistic: the MEDIAN of all rounds' samples on each side; ratio =
+# median prism / median floor, flagged below the target. The [min-max]
+# spread and the ratio of the best samples (max / max) are shown too: on
+# a machine shared with other work, noise only ever slows a sample down.
+#
+# Environment:
+#   PRISM_BIN  absolute path of the prism binary (required; make sets it)
+#   BENCH_DIR  parent of the scratch directory (default /var/tmp); must be
+#              a disk filesystem, not tmpfs
+#   COUNT      files per rank (default 20000)
+#   SIZE       bytes written per created file (default 4096)
+#   ROUNDS     repetitions of the whole comparison (default 3)
+#   STRICT=1   exit 1 when a median ratio is below the target
+set -euo pipefail
+
+: "${PRISM_BIN:?set PRISM_BIN to the absolute path of bin/prism}"
+COUNT=${COUNT:-20000}
+SIZE=${SIZE:-4096}
+ROUNDS=${ROUNDS:-3}
+BENCH_DIR=${BENCH_DIR:-/var/tmp}
+TARGET=0.95
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+
+command -v gcc >/dev/null || { echo "metadata.sh: gcc not found (apt-get install gcc)" >&2; exit 1; }
+command -v python3 >/dev/null || { echo "metadata.sh: python3 not found" >&2; exit 1; }
+[[ -x $PRISM_BIN ]] || { echo "metadata.sh: $PRISM_BIN is not executable" >&2; exit 1; }
+[[ $COUNT =~ ^[1-9][0-9]*$ && $SIZE =~ ^[0-9]+$ && $ROUNDS =~ ^[1-9][0-9]*$ ]] ||
+	{ echo "metadata.sh: COUNT, SIZE and ROUNDS must be integers (COUNT, ROUNDS >= 1)" >&2; exit 1; }
+
+work=""
+scratch=""
+cleanup() {
+	[[ -n $work ]] && rm -rf -- "$work"
+	[[ -n $scratch ]] && rm -rf -- "$scratch"
+	return 0
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/prism-bench-tools.XXXXXX") # floor binary, plans, manifests
+scratch=$(mktemp -d "$BENCH_DIR/prism-bench.XXXXXX")        # the filesystem under test
+
+fstype=$(findmnt -n -o FSTYPE --target "$scratch" 2>/dev/null || stat -f -c %T "$scratch")
+fssrc=$(findmnt -n -o SOURCE --target "$scratch" 2>/dev/null || echo "?")
+case $fstype in
+tmpfs | ramfs)
+	echo "metadata.sh: $scratch is on $fstype; point BENCH_DIR at a disk filesystem" >&2
+	exit 1
+	;;
+esac
+
+gcc -O2 -Wall -o "$work/floor" "$here/floor.c"
+
+# op name in prism's manifest (and floor's) -> phase kind, bytes per file
+ops=(create stat rename unlink)
+declare -A kind=([create]=create_files [stat]=list_files [rename]=move_files [unlink]=delete_files)
+declare -A size=([create]=$SIZE [stat]=0 [rename]=0 [unlink]=0)
+
+# One plan per op, so that prism and the floor of one op run back to back
+# with the same history: on ext4 without a journal, for instance, a create
+# skips over every inode freed in the last minute or more, so creates slow
+# down after mass deletes, and that must hit both sides alike.
+for op in "${ops[@]}"; do
+	cat >"$work/$op.toml" <<EOF
+[plan]
+name = "bench-$op"
+drop_caches = "none"
+
+[[phase]]
+kind = "${kind[$op]}"
+count = $COUNT
+size = ${size[$op]}
+warmup = 1
+iterations = 3
+EOF
+done
+
+samples="$work/samples.tsv"
+: >"$samples"
+
+run_prism() { # op ranks round
+	local op=$1 n=$2 r=$3 args=() out
+	((n > 1)) && args=(-n "$n")
+	mkdir -p "$scratch/prism"
+	out="$work/prism-$op-n$n.json"
+	if ! "$PRISM_BIN" run "${args[@]}" --workdir "$scratch/prism" --results "$work/results" --json \
+		"$work/$op.toml" >"$out" 2>"$work/prism.err"; then
+		echo "metadata.sh: prism ${kind[$op]} -n $n failed:" >&2
+		cat "$work/prism.err" >&2
+		exit 1
+	fi
+	# --json prints the manifest, then the manifest and report paths.
+	python3 - "$out" "$op" "$n" "$r" >>"$samples" <<'PY'
+import json, sys
+path, op, n, r = sys.argv[1:]
+m, _ = json.JSONDecoder().raw_decode(open(path).read().lstrip())
+(ph,) = m["phases"]
+if ph["status"] != "passed":
+    sys.exit(f"prism phase {ph['name']} {ph['status']}: {ph.get('error', '')}")
+walls = ph["iterations"]
+per_iter = ph["ops_by_type"][op]["ops"] / len(walls)
+for w in walls:
+    print(f"prism\t{op}\t{n}\t{r}\t{per_iter / w:.1f}")
+PY
+	rm -rf -- "${scratch:?}/prism"
+}
+
+run_floor() { # op ranks round
+	local op=$1 n=$2 r=$3 dir line i rate
+	# The depth of prism's <workdir>/prism-<id>/01-<kind>/r<rank>/..., and a
+	# fresh directory per measurement, as prism's run directory is.
+	dir="$scratch/floor/prism-floor-n$n/01-${kind[$op]}"
+	mkdir -p "$dir"
+	for i in 0 1 2 3; do # warm-up, then 3 measured, in one directory
+		line=$("$work/floor" "$op" "$dir" "$COUNT" "${size[$op]}" "$n")
+		((i == 0)) && continue
+		rate=$(sed -n 's/.*ops_per_sec=\([0-9.]*\).*/\1/p' <<<"$line")
+		[[ -n $rate ]] || { echo "metadata.sh: unexpected floor output: $line" >&2; exit 1; }
+		printf 'floor\t%s\t%s\t%s\t%s\n' "$op" "$n" "$r" "$rate" >>"$samples"
+	done
+	rm -rf -- "${scratch:?}/floor"
+}
+
+echo "prism metadata bench: $("$PRISM_BIN" version 2>/dev/null | head -n1 || echo prism)"
+echo "scratch: $scratch ($fstype on $fssrc), kernel $(uname -r), $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "$COUNT files per rank, create writes $SIZE B; $ROUNDS rounds x (1 warm-up + 3 measured) per side"
+for ((r = 0; r < ROUNDS; r++)); do
+	for n in 1 2; do
+		for op in "${ops[@]}"; do
+			if ((r % 2 == 0)); then
+				run_prism "$op" "$n" "$r"
+				run_floor "$op" "$n" "$r"
+			else
+				run_floor "$op" "$n" "$r"
+				run_prism "$op" "$n" "$r"
+			fi
+		done
+	done
+	echo "round $((r + 1))/$ROUNDS done, load $(cut -d' ' -f1-3 /proc/loadavg)"
+done
+
+python3 - "$samples" "$TARGET" "${STRICT:-0}" <<'PY'
+import statistics, sys
+from collections import defaultdict
+path, target, strict = sys.argv[1], float(sys.argv[2]), sys.argv[3] == "1"
+s = defaultdict(list)
+for line in open(path):
+    side, op, n, r, v = line.rstrip("\n").split("\t")
+    s[side, op, int(n)].append(float(v))
+def cell(v):
+    return f"{statistics.median(v):8.0f} [{min(v):.0f}-{max(v):.0f}]"
+print()
+print("ops/s: median of the measured iterations [min-max]; ratio = prism/floor of medians; best = of maxima")
+print(f"{'op':<7} {'ranks':>5}  {'prism ops/s':<26} {'floor ops/s':<26} {'ratio':>6} {'best':>6}")
+below = 0
+for op in ("create", "stat", "rename", "unlink"):
+    for n in (1, 2):
+        p, f = s.get(("prism", op, n)), s.get(("floor", op, n))
+        if not p or not f:
+            continue
+        ratio = statistics.median(p) / statistics.median(f)
+        best = max(p) / max(f)
+        flag = "" if ratio >= target else f"  < {target}"
+        below += ratio < target
+        print(f"{op:<7} {n:>5}  {cell(p):<26} {cell(f):<26} {ratio:6.3f} {best:6.3f}{flag}")
+if below:
+    print(f"\n{below} median ratio(s) below the {target} target")
+    if strict:
+        sys.exit(1)
+PY

@@ -1,0 +1,296 @@
+package phases
+
+import (
+	"context"
+	"io"
+	"os"
+	"sort"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	pio "github.com/prism-hpc/prism/io"
+	"github.com/prism-hpc/prism/report"
+	"github.com/prism-hpc/prism/spmd"
+)
+
+// Benchmarks of the metadata phases' timed loops, driven directly on one
+// rank without the engine. Each op has two variants on the same prepared
+// files: "phase" is the phase's Run (per-op ctx check, clock reads, live
+// counters, histogram); "bare" issues the same syscalls through the same
+// pio wrappers with nothing around them. phase/bare is the cost of prism's
+// instrumentation alone; phases/bench/metadata.sh compares the whole CLI
+// against a C loop on the same filesystem.
+//
+// BenchmarkMetadata runs the variants separately; BenchmarkMetadataPaired
+// alternates them within every iteration, so that both see the same load
+// on a shared machine, and reports the median of the per-pair ratios.
+//
+// Files go to PRISM_BENCH_DIR if set, else the test's temporary directory
+// (which may be tmpfs). Metrics: ops/s and ns per file op of the timed
+// loops only, and the process CPU time per file op (all threads).
+
+const benchMetaCount = 2000
+
+type metaCase struct {
+	op, kind string
+	phase    func() Phase
+	// bare returns the run function without instrumentation for p.
+	bare func(p Phase) func(context.Context, *Env) error
+	// once: set up once and run repeatedly (a listing changes nothing,
+	// and populating costs far more than listing).
+	once bool
+}
+
+var metaCases = []metaCase{
+	{op: "create-0B", kind: "create_files",
+		phase: func() Phase { return &createFiles{cfg: metaConfig{Count: benchMetaCount}} },
+		bare:  bareCreate},
+	{op: "create-4KiB", kind: "create_files",
+		phase: func() Phase { return &createFiles{cfg: metaConfig{Count: benchMetaCount, Size: 4096}} },
+		bare:  bareCreate},
+	{op: "stat", kind: "list_files", once: true,
+		phase: func() Phase { return &listFiles{cfg: metaConfig{Count: benchMetaCount}} },
+		bare: func(ph Phase) func(context.Context, *Env) error {
+			p := ph.(*listFiles)
+			return func(context.Context, *Env) error {
+				dfd, err := pio.Open(unix.AT_FDCWD, pio.MustPath(p.fs.dir), unix.O_RDONLY|unix.O_DIRECTORY, 0)
+				if err != nil {
+					return err
+				}
+				defer pio.Close(dfd)
+				if p.scratch, p.raw, err = pio.ReadDir(dfd, p.scratch, p.raw[:0]); err != nil {
+					return err
+				}
+				var st unix.Stat_t
+				p.seen, err = pio.EachName(p.raw, func(name []byte) error { return pio.StatName(dfd, name, &st) })
+				return err
+			}
+		}},
+	{op: "rename", kind: "move_files",
+		phase: func() Phase { return &moveFiles{cfg: metaConfig{Count: benchMetaCount}} },
+		bare: func(ph Phase) func(context.Context, *Env) error {
+			p := ph.(*moveFiles)
+			return func(context.Context, *Env) error {
+				for i, src := range p.fs.paths {
+					if err := pio.Rename(src, p.dst[i]); err != nil {
+						return err
+					}
+					p.moved++
+				}
+				return nil
+			}
+		}},
+	{op: "unlink", kind: "delete_files",
+		phase: func() Phase { return &deleteFiles{cfg: metaConfig{Count: benchMetaCount}} },
+		bare: func(ph Phase) func(context.Context, *Env) error {
+			p := ph.(*deleteFiles)
+			return func(context.Context, *Env) error {
+				for _, path := range p.fs.paths {
+					if err := pio.Unlink(unix.AT_FDCWD, path); err != nil {
+						return err
+					}
+					p.deleted++
+				}
+				return nil
+			}
+		}},
+}
+
+func bareCreate(ph Phase) func(context.Context, *Env) error {
+	p := ph.(*createFiles)
+	return func(context.Context, *Env) error {
+		for _, path := range p.fs.paths {
+			if _, err := createOne(path, p.fs.buf); err != nil {
+				return err
+			}
+			p.fs.made++
+		}
+		return nil
+	}
+}
+
+func benchMetaEnv(b *testing.B, kind string) *Env {
+	dir := os.Getenv("PRISM_BENCH_DIR")
+	if dir == "" {
+		dir = b.TempDir()
+	} else {
+		var err error
+		if dir, err = os.MkdirTemp(dir, "prism-bench-"); err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { os.RemoveAll(dir) })
+	}
+	return &Env{Comm: spmd.NewSingle(), Size: 1, Name: kind, Kind: kind, Dir: dir, RankDir: dir, Cache: "none",
+		Log: io.Discard, State: map[string]any{}, set: report.NewSet(), metrics: map[string]float64{}}
+}
+
+// metaRunner drives one phase object through its steps; timed returns the
+// wall and CPU time of one run, with Setup before and Verify and Teardown
+// after it untimed (once: Setup on first use, Teardown at cleanup). The
+// benchmark timer runs only during the run.
+type metaRunner struct {
+	b     *testing.B
+	c     metaCase
+	env   *Env
+	p     Phase
+	ready bool
+}
+
+func newMetaRunner(b *testing.B, c metaCase) *metaRunner {
+	r := &metaRunner{b: b, c: c, env: benchMetaEnv(b, c.kind), p: c.phase()}
+	b.Cleanup(func() {
+		if r.ready {
+			r.p.Teardown(context.Background(), r.env)
+		}
+	})
+	return r
+}
+
+func (r *metaRunner) timed(run func(context.Context, *Env) error) (wall, cpu time.Duration) {
+	ctx := context.Background()
+	if !r.ready || !r.c.once {
+		r.env.set = report.NewSet()
+		if err := r.p.Setup(ctx, r.env); err != nil {
+			r.b.Fatal(err)
+		}
+		r.ready = true
+	}
+	r.b.StartTimer()
+	c0, t0 := cpuNow(), time.Now()
+	err := run(ctx, r.env)
+	wall, cpu = time.Since(t0), cpuNow()-c0
+	r.b.StopTimer()
+	if err != nil {
+		r.b.Fatal(err)
+	}
+	if err := r.p.Verify(ctx, r.env); err != nil {
+		r.b.Fatal(err)
+	}
+	if !r.c.once {
+		if err := r.p.Teardown(ctx, r.env); err != nil {
+			r.b.Fatal(err)
+		}
+		r.ready = false
+	}
+	return wall, cpu
+}
+
+func (r *metaRunner) run(bare bool) func(context.Context, *Env) error {
+	if bare {
+		return r.c.bare(r.p)
+	}
+	return r.p.Run
+}
+
+// BenchmarkMetadata times the phase and bare loops separately.
+func BenchmarkMetadata(b *testing.B) {
+	for _, c := range metaCases {
+		for _, bare := range []bool{false, true} {
+			name := c.op + "/phase"
+			if bare {
+				name = c.op + "/bare"
+			}
+			b.Run(name, func(b *testing.B) {
+				r := newMetaRunner(b, c)
+				run := r.run(bare)
+				var wall, cpu time.Duration
+				b.ReportAllocs()
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					b.StopTimer()
+					w, c := r.timed(run)
+					wall, cpu = wall+w, cpu+c
+				}
+				ops := float64(b.N) * benchMetaCount
+				b.ReportMetric(ops/wall.Seconds(), "ops/s")
+				b.ReportMetric(float64(wall.Nanoseconds())/ops, "ns/file-op")
+				b.ReportMetric(float64(cpu.Nanoseconds())/ops, "cpu-ns/file-op")
+			})
+		}
+	}
+}
+
+// BenchmarkMetadataPaired runs phase and bare back to back in every
+// iteration (alternating which goes first) on the same files, and reports
+// the median over iterations of bare time / phase time: the phase's rate
+// as a fraction of the bare syscalls' rate.
+func BenchmarkMetadataPaired(b *testing.B) {
+	for _, c := range metaCases {
+		b.Run(c.op, func(b *testing.B) {
+			r := newMetaRunner(b, c)
+			phase, bare := r.run(false), r.run(true)
+			var ratios, cpuRatios []float64
+			var pw, bw time.Duration
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				b.StopTimer()
+				var w1, c1, w2, c2 time.Duration
+				if i%2 == 0 {
+					w1, c1 = r.timed(phase)
+					w2, c2 = r.timed(bare)
+				} else {
+					w2, c2 = r.timed(bare)
+					w1, c1 = r.timed(phase)
+				}
+				pw, bw = pw+w1, bw+w2
+				ratios = append(ratios, w2.Seconds()/w1.Seconds())
+				if c1 > 0 && c2 > 0 {
+					cpuRatios = append(cpuRatios, c2.Seconds()/c1.Seconds())
+				}
+			}
+			ops := float64(b.N) * benchMetaCount
+			b.ReportMetric(float64(pw.Nanoseconds())/ops, "phase-ns/file-op")
+			b.ReportMetric(float64(bw.Nanoseconds())/ops, "bare-ns/file-op")
+			b.ReportMetric(median(ratios), "phase/bare")
+			if len(cpuRatios) > 0 {
+				b.ReportMetric(median(cpuRatios), "cpu-phase/bare")
+			}
+		})
+	}
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// cpuNow is the process's user + system time, all threads (the Go
+// runtime's included).
+func cpuNow() time.Duration {
+	var ru unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkMetaOpOverhead is what a metadata phase adds around each
+// syscall (ctx check, BeginOn, Observe) with no syscall: compare it with
+// the ns/file-op of the benchmarks above.
+func BenchmarkMetaOpOverhead(b *testing.B) {
+	env := benchMetaEnv(b, "overhead")
+	rec := env.Recorder("stat")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := ctx.Done()
+	target := "x"
+	b.ReportAllocs()
+	for b.Loop() {
+		select {
+		case <-done:
+			b.Fatal("cancelled")
+		default:
+		}
+		start := rec.BeginOn(&target)
+		rec.Observe(start, 0, nil)
+	}
+}
