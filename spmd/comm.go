@@ -90,9 +90,9 @@ func (e *RankError) Error() string {
 
 func (e *RankError) Unwrap() error { return e.Err }
 
-// reduceInt64 folds src into dst element-wise; shared by implementations
-// that reduce in Go (rendezvous, tree reductions in tests and benchmarks).
-func reduceInt64(op Op, dst, src []int64) {
+// fold combines src into dst element-wise; shared by implementations that
+// reduce in Go (rendezvous, tree reductions in benchmarks).
+func fold[T int64 | float64](op Op, dst, src []T) {
 	switch op {
 	case Sum:
 		for i, x := range src {
@@ -100,36 +100,11 @@ func reduceInt64(op Op, dst, src []int64) {
 		}
 	case Min:
 		for i, x := range src {
-			if x < dst[i] {
-				dst[i] = x
-			}
+			dst[i] = min(dst[i], x)
 		}
 	case Max:
 		for i, x := range src {
-			if x > dst[i] {
-				dst[i] = x
-			}
-		}
-	}
-}
-
-func reduceFloat64(op Op, dst, src []float64) {
-	switch op {
-	case Sum:
-		for i, x := range src {
-			dst[i] += x
-		}
-	case Min:
-		for i, x := range src {
-			if x < dst[i] {
-				dst[i] = x
-			}
-		}
-	case Max:
-		for i, x := range src {
-			if x > dst[i] {
-				dst[i] = x
-			}
+			dst[i] = max(dst[i], x)
 		}
 	}
 }

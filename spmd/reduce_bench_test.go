@@ -106,7 +106,7 @@ func (t *binomialReduce) subtree(r, level int) []int64 {
 		if r == 0 {
 			t0 = time.Now()
 		}
-		reduceInt64(Sum, buf, child)
+		fold(Sum, buf, child)
 		if r == 0 {
 			t.rank0Ns += int64(time.Since(t0))
 		}

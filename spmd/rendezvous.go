@@ -225,13 +225,13 @@ func (c *Rendezvous) Barrier(ctx context.Context) error {
 
 // AllreduceInt64 reduces v element-wise across all ranks, in place.
 func (c *Rendezvous) AllreduceInt64(ctx context.Context, op Op, v []int64) error {
-	return reduce(ctx, c, "AllreduceInt64", op, -1, v, reduceInt64)
+	return reduce(ctx, c, "AllreduceInt64", op, -1, v, fold[int64])
 }
 
 // AllreduceFloat64 reduces v element-wise across all ranks, in place. Rank 0
 // folds the contributions in rank order, so every rank gets the same bits.
 func (c *Rendezvous) AllreduceFloat64(ctx context.Context, op Op, v []float64) error {
-	return reduce(ctx, c, "AllreduceFloat64", op, -1, v, reduceFloat64)
+	return reduce(ctx, c, "AllreduceFloat64", op, -1, v, fold[float64])
 }
 
 // ReduceInt64 reduces v element-wise onto root; other ranks' v is left as
@@ -240,7 +240,7 @@ func (c *Rendezvous) ReduceInt64(ctx context.Context, root int, op Op, v []int64
 	if err := checkRoot(root, c.Size()); err != nil {
 		return err
 	}
-	return reduce(ctx, c, "ReduceInt64", op, root, v, reduceInt64)
+	return reduce(ctx, c, "ReduceInt64", op, root, v, fold[int64])
 }
 
 // reduce is every reduction: the vectors travel as little-endian 64-bit
