@@ -335,3 +335,63 @@ func TestReadOnlyWorkdir(t *testing.T) {
 		t.Errorf("wrote %v", ents)
 	}
 }
+
+// TestRankKilledWithoutLauncher: ranks started by something other than
+// prism's launcher (srun without MPI, with a shared rendezvous directory)
+// have no parent to notice a death; the heartbeats do. A SIGKILLed rank
+// makes the others fail within a bounded time instead of waiting out the
+// coordination timeout, and rank 0 writes the manifest.
+func TestRankKilledWithoutLauncher(t *testing.T) {
+	dir := t.TempDir()
+	work, rdv := filepath.Join(dir, "work"), filepath.Join(dir, "rdv")
+	os.Mkdir(work, 0o755)
+	os.Mkdir(rdv, 0o755)
+	plan := writePlan(t, dir, strings.Replace(longPlan, "count = 400000", "count = 60000", 1))
+	type rank struct {
+		cmd  *exec.Cmd
+		out  *strings.Builder
+		done chan int
+	}
+	ranks := make([]rank, 3)
+	for i := range ranks {
+		cmd := exec.Command(prismBin, "run", plan, "--workdir", work, "--results", filepath.Join(dir, "res"))
+		cmd.Dir = dir
+		cmd.Env = append(cleanEnv(), fmt.Sprintf("PRISM_RANK=%d", i), "PRISM_SIZE=3", "PRISM_RENDEZVOUS="+rdv)
+		out := &strings.Builder{}
+		var mu sync.Mutex
+		w := writerFunc(func(p []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return out.Write(p) })
+		cmd.Stdout, cmd.Stderr = w, w
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan int, 1)
+		go func() {
+			err := cmd.Wait()
+			code := 0
+			if ee, ok := err.(*exec.ExitError); ok {
+				code = ee.ExitCode()
+			}
+			done <- code
+		}()
+		t.Cleanup(func() { cmd.Process.Kill() })
+		ranks[i] = rank{cmd, out, done}
+	}
+	waitGlob(t, filepath.Join(work, "prism-*", "01-create_files", "r1", "files", "f1.100"), 60*time.Second)
+	ranks[1].cmd.Process.Kill()
+	start := time.Now()
+	for _, i := range []int{0, 2} {
+		select {
+		case code := <-ranks[i].done:
+			if code == 0 {
+				t.Errorf("rank %d exited 0 after rank 1 died", i)
+			}
+		case <-time.After(90 * time.Second):
+			t.Fatalf("rank %d still running 90 s after rank 1 died (coordination timeout is 3 min):\n%s", i, ranks[i].out.String())
+		}
+	}
+	t.Logf("peers gone %v after the kill", time.Since(start).Round(time.Millisecond))
+	m := loadManifest(t, result{stdout: ranks[0].out.String()})
+	if m.Status != "failed" || !strings.Contains(m.Error, "rank 1") {
+		t.Errorf("manifest status %s error %q", m.Status, m.Error)
+	}
+}
