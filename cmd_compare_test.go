@@ -148,14 +148,26 @@ func TestCompareRealRuns(t *testing.T) {
 		if a == "" || b == "" {
 			t.FailNow()
 		}
-		// Tail percentiles of two concurrent runs on a shared 2-core
-		// machine swing by tens of percent (a p99 of 150 vs 200 µs was
-		// seen), more than their in-run sampling error; 50% still sits far
-		// below the 3x+ change the slow-storage case must flag.
-		code, out := compare(t, "--threshold", "50%", a, b)
-		if code != exitOK || strings.Contains(out, "regression  ") {
-			t.Fatalf("exit %d on the same storage:\n%s", code, out)
+		// The central figures (mean, median, bandwidth, op rate) must
+		// never be called a regression between two runs on the same
+		// storage, at the default threshold: their noise comes from the
+		// iterations. The tail is reported but not asserted: p99 of two
+		// concurrent runs on a shared 2-core machine was seen to differ by
+		// 2x (147 vs 309 µs) while every central figure agreed within 7%,
+		// and the p99's noise estimate, from one run's histogram, cannot
+		// see that run-to-run interference.
+		code, out := compare(t, "--json", a, b)
+		var c report.Comparison
+		if err := json.Unmarshal([]byte(out), &c); err != nil || len(c.Rows) == 0 {
+			t.Fatalf("exit %d, %v:\n%s", code, err, out)
 		}
+		for _, r := range c.Rows {
+			central := r.Metric == "mean_ns" || r.Metric == "p50_ns" || r.Metric == "bytes_per_sec" || r.Metric == "ops_per_sec"
+			if central && r.Verdict == report.VerdictRegression {
+				t.Errorf("same storage called a regression: %+v", r)
+			}
+		}
+		_, out = compare(t, a, b)
 		t.Logf("two runs on tmpfs:\n%s", out)
 	})
 	t.Run("slow storage", func(t *testing.T) {
