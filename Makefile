@@ -36,7 +36,7 @@ test: deps
 
 test-go: lint build
 	PRISM_BIN=$(abspath $(BIN)) $(GOENV) $(GO) test $(TAGS) -count=1 -timeout 15m ./...
-	.ci/fuzz.sh 8
+	.ci/fuzz.sh 3000x
 
 # Every fuzz target (plan decoder, host lists, HF config, fio JSON,
 # manifests) for FUZZTIME seconds each.

@@ -113,7 +113,15 @@ func addSeries(p *plot.Plot, ss []series) error {
 
 // renderSVG draws p and returns the SVG element, without the XML prolog,
 // ready to be inlined in HTML.
-func renderSVG(p *plot.Plot, w, h vg.Length) (template.HTML, error) {
+func renderSVG(p *plot.Plot, w, h vg.Length) (out template.HTML, err error) {
+	// gonum/plot panics on data it cannot draw (a log axis with a value <= 0
+	// from a damaged manifest, found by FuzzManifestConsumers); one such
+	// plot must not cost the whole report.
+	defer func() {
+		if r := recover(); r != nil {
+			out, err = template.HTML(`<p class="noplot">plot unavailable: `+template.HTMLEscapeString(fmt.Sprint(r))+`</p>`), nil
+		}
+	}()
 	c := vgsvg.New(w, h)
 	p.Draw(draw.New(c))
 	var buf bytes.Buffer
