@@ -23,13 +23,15 @@ import (
 // instrumentation alone; phases/bench/metadata.sh compares the whole CLI
 // against a C loop on the same filesystem.
 //
-// BenchmarkMetadata runs the variants separately; BenchmarkMetadataPaired
-// alternates them within every iteration, so that both see the same load
-// on a shared machine, and reports the median of the per-pair ratios.
+// BenchmarkMetadataPaired alternates the variants within every iteration,
+// so that both see the same load on a shared machine, and reports the
+// median of the per-pair ratios.
 //
 // Files go to PRISM_BENCH_DIR if set, else the test's temporary directory
-// (which may be tmpfs). Metrics: ops/s and ns per file op of the timed
-// loops only, and the process CPU time per file op (all threads).
+// (which may be tmpfs). Metrics: wall ns per file op of each variant's
+// timed loops, and the medians of bare/phase wall and CPU (process user +
+// system time, all threads) ratios: the phase's rate as a fraction of the
+// bare syscalls' rate.
 
 const benchMetaCount = 2000
 
@@ -41,15 +43,16 @@ type metaCase struct {
 	// once: set up once and run repeatedly (a listing changes nothing,
 	// and populating costs far more than listing).
 	once bool
+	// reset, if set, undoes a run without a new Setup (renaming the files
+	// back is much cheaper than creating them again).
+	reset func(p Phase) error
 }
 
+// Creates are left to metadata.sh: their cost is the filesystem's (on ext4
+// without a journal it grows with every inode freed in the last minutes,
+// which would make these benchmarks run for minutes), and their
+// bookkeeping is the same as the ops below.
 var metaCases = []metaCase{
-	{op: "create-0B", kind: "create_files",
-		phase: func() Phase { return &createFiles{cfg: metaConfig{Count: benchMetaCount}} },
-		bare:  bareCreate},
-	{op: "create-4KiB", kind: "create_files",
-		phase: func() Phase { return &createFiles{cfg: metaConfig{Count: benchMetaCount, Size: 4096}} },
-		bare:  bareCreate},
 	{op: "stat", kind: "list_files", once: true,
 		phase: func() Phase { return &listFiles{cfg: metaConfig{Count: benchMetaCount}} },
 		bare: func(ph Phase) func(context.Context, *Env) error {
@@ -70,6 +73,16 @@ var metaCases = []metaCase{
 		}},
 	{op: "rename", kind: "move_files",
 		phase: func() Phase { return &moveFiles{cfg: metaConfig{Count: benchMetaCount}} },
+		reset: func(ph Phase) error {
+			p := ph.(*moveFiles)
+			for i := range p.moved {
+				if err := pio.Rename(p.dst[i], p.fs.paths[i]); err != nil {
+					return err
+				}
+			}
+			p.moved = 0
+			return nil
+		},
 		bare: func(ph Phase) func(context.Context, *Env) error {
 			p := ph.(*moveFiles)
 			return func(context.Context, *Env) error {
@@ -98,19 +111,6 @@ var metaCases = []metaCase{
 		}},
 }
 
-func bareCreate(ph Phase) func(context.Context, *Env) error {
-	p := ph.(*createFiles)
-	return func(context.Context, *Env) error {
-		for _, path := range p.fs.paths {
-			if _, err := createOne(path, p.fs.buf); err != nil {
-				return err
-			}
-			p.fs.made++
-		}
-		return nil
-	}
-}
-
 func benchMetaEnv(b *testing.B, kind string) *Env {
 	dir := os.Getenv("PRISM_BENCH_DIR")
 	if dir == "" {
@@ -128,8 +128,8 @@ func benchMetaEnv(b *testing.B, kind string) *Env {
 
 // metaRunner drives one phase object through its steps; timed returns the
 // wall and CPU time of one run, with Setup before and Verify and Teardown
-// after it untimed (once: Setup on first use, Teardown at cleanup). The
-// benchmark timer runs only during the run.
+// after it untimed (once or reset: Setup on first use, Teardown at
+// cleanup). The benchmark timer runs only during the run.
 type metaRunner struct {
 	b     *testing.B
 	c     metaCase
@@ -150,7 +150,7 @@ func newMetaRunner(b *testing.B, c metaCase) *metaRunner {
 
 func (r *metaRunner) timed(run func(context.Context, *Env) error) (wall, cpu time.Duration) {
 	ctx := context.Background()
-	if !r.ready || !r.c.once {
+	if !r.ready {
 		r.env.set = report.NewSet()
 		if err := r.p.Setup(ctx, r.env); err != nil {
 			r.b.Fatal(err)
@@ -168,7 +168,13 @@ func (r *metaRunner) timed(run func(context.Context, *Env) error) (wall, cpu tim
 	if err := r.p.Verify(ctx, r.env); err != nil {
 		r.b.Fatal(err)
 	}
-	if !r.c.once {
+	switch {
+	case r.c.once:
+	case r.c.reset != nil:
+		if err := r.c.reset(r.p); err != nil {
+			r.b.Fatal(err)
+		}
+	default:
 		if err := r.p.Teardown(ctx, r.env); err != nil {
 			r.b.Fatal(err)
 		}
@@ -182,34 +188,6 @@ func (r *metaRunner) run(bare bool) func(context.Context, *Env) error {
 		return r.c.bare(r.p)
 	}
 	return r.p.Run
-}
-
-// BenchmarkMetadata times the phase and bare loops separately.
-func BenchmarkMetadata(b *testing.B) {
-	for _, c := range metaCases {
-		for _, bare := range []bool{false, true} {
-			name := c.op + "/phase"
-			if bare {
-				name = c.op + "/bare"
-			}
-			b.Run(name, func(b *testing.B) {
-				r := newMetaRunner(b, c)
-				run := r.run(bare)
-				var wall, cpu time.Duration
-				b.ReportAllocs()
-				b.ResetTimer()
-				for i := 0; i < b.N; i++ {
-					b.StopTimer()
-					w, c := r.timed(run)
-					wall, cpu = wall+w, cpu+c
-				}
-				ops := float64(b.N) * benchMetaCount
-				b.ReportMetric(ops/wall.Seconds(), "ops/s")
-				b.ReportMetric(float64(wall.Nanoseconds())/ops, "ns/file-op")
-				b.ReportMetric(float64(cpu.Nanoseconds())/ops, "cpu-ns/file-op")
-			})
-		}
-	}
 }
 
 // BenchmarkMetadataPaired runs phase and bare back to back in every

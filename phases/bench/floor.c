@@ -26,7 +26,8 @@
  *   op=create nprocs=2 count=20000 size=4096 ops=40000 seconds=0.5 ops_per_sec=80000 cpu_ns_per_op=24000
  * cpu_ns_per_op is the workers' user + system time (getrusage) in their
  * timed loops over the ops: less disturbed than the rate when the machine
- * is shared, since waiting for a CPU is not counted.
+ * is shared, since waiting for a CPU is not counted. With FLOOR_VERBOSE set
+ * in the environment, each worker's start offset and busy time go to stderr.
  *
  * Build: gcc -O2 -o floor floor.c
  */
@@ -353,9 +354,13 @@ int main(int argc, char **argv)
 	close(go[1]);
 
 	int64_t first = INT64_MAX, last = INT64_MIN, ops = 0, cpu = 0;
+	struct result *all = calloc(nprocs, sizeof *all);
+	if (!all)
+		die("calloc", NULL);
 	for (int w = 0; w < nprocs; w++) {
 		struct result r;
 		read_exact(res[0], &r, sizeof r);
+		all[w] = r;
 		if (r.start_ns < first)
 			first = r.start_ns;
 		if (r.end_ns > last)
@@ -379,6 +384,11 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	double secs = (last - first) / 1e9;
+	if (getenv("FLOOR_VERBOSE"))
+		for (int w = 0; w < nprocs; w++) /* in order of finishing */
+			fprintf(stderr, "%s: worker start +%.3f ms, busy %.3f ms, %lld ops\n", prog,
+				(all[w].start_ns - first) / 1e6, (all[w].end_ns - all[w].start_ns) / 1e6,
+				(long long)all[w].ops);
 	printf("op=%s nprocs=%ld count=%ld size=%ld ops=%lld seconds=%.6f ops_per_sec=%.1f cpu_ns_per_op=%.0f\n",
 	       argv[1], nprocs, count, size, (long long)ops, secs, secs > 0 ? ops / secs : 0.0,
 	       ops > 0 ? (double)cpu / ops : 0.0);

@@ -27,6 +27,8 @@
 #   SIZE       bytes written per created file (default 4096)
 #   ROUNDS     repetitions of the whole comparison (default 1; use 3 or
 #              more on a shared, noisy machine)
+#   OPS        which ops to compare (default "create stat rename unlink")
+#   SAMPLES    file to append the raw samples to (side op ranks round ops/s)
 #   STRICT=1   exit 1 when a median ratio is below the target
 set -euo pipefail
 
@@ -82,9 +84,12 @@ fi
 gcc -O2 -Wall -o "$work/floor" "$here/floor.c"
 
 # op name in prism's manifest (and floor's) -> phase kind, bytes per file
-ops=(create stat rename unlink)
+read -r -a ops <<<"${OPS:-create stat rename unlink}"
 declare -A kind=([create]=create_files [stat]=list_files [rename]=move_files [unlink]=delete_files)
 declare -A size=([create]=$SIZE [stat]=0 [rename]=0 [unlink]=0)
+for op in "${ops[@]}"; do
+	[[ -n ${kind[$op]:-} ]] || { echo "metadata.sh: unknown op $op in OPS (create, stat, rename, unlink)" >&2; exit 1; }
+done
 
 # One plan per op, so that prism and the floor of one op run back to back
 # with the same history: on ext4 without a journal, for instance, a create
@@ -154,7 +159,7 @@ run_floor() { # op ranks round
 echo "prism metadata bench: $("$PRISM_BIN" version 2>/dev/null | head -n1 || echo prism)"
 echo "scratch: $scratch ($fstype on $fssrc), kernel $(uname -r), $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "$COUNT files per rank, create writes $SIZE B; $ROUNDS rounds x (1 warm-up + 3 measured) per side"
-[[ -z $fsnote ]] || echo "note: $fsnote"
+[[ -z $fsnote || " ${ops[*]} " != *" create "* ]] || echo "note: $fsnote"
 for ((r = 0; r < ROUNDS; r++)); do
 	for n in 1 2; do
 		for op in "${ops[@]}"; do
@@ -170,6 +175,7 @@ for ((r = 0; r < ROUNDS; r++)); do
 	echo "round $((r + 1))/$ROUNDS done, load $(cut -d' ' -f1-3 /proc/loadavg)"
 done
 
+[[ -z ${SAMPLES:-} ]] || cat "$samples" >>"$SAMPLES"
 python3 - "$samples" "$TARGET" "${STRICT:-0}" "$fsnote" <<'PY'
 import statistics, sys
 from collections import defaultdict
@@ -194,7 +200,7 @@ for op in ("create", "stat", "rename", "unlink"):
         flag = "" if ratio >= target else f"  < {target}"
         below += ratio < target
         print(f"{op:<7} {n:>5}  {cell(p):<26} {cell(f):<26} {ratio:6.3f} {best:6.3f}{flag}")
-if sys.argv[4]:
+if sys.argv[4] and any(op == "create" for _, op, _ in s):
     print(f"\nnote: {sys.argv[4]}")
 if below:
     print(f"\n{below} median ratio(s) below the {target} target")
