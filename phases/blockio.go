@@ -420,6 +420,7 @@ type bioWorker struct {
 	errOp                string
 	errPath              string
 	errOff               int64
+	y                    yielder
 }
 
 func (p *blockIO) Config() any                   { return &p.cfg }
@@ -752,6 +753,7 @@ func (w *bioWorker) loop(p *blockIO, t0 time.Time) {
 	pool := p.pool
 	defer w.finish(p)
 	prev := int64(time.Since(t0))
+	w.y.due(prev)
 	for !p.stop.Load() {
 		i := j.next.Add(1) - 1
 		if !j.timeBased && i >= j.total {
@@ -817,6 +819,10 @@ func (w *bioWorker) loop(p *blockIO, t0 time.Time) {
 		if now >= j.deadline {
 			p.deadlineHit.Store(true)
 			return
+		}
+		if w.y.due(now) {
+			yield()
+			prev = int64(time.Since(t0))
 		}
 	}
 }

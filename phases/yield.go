@@ -1,0 +1,37 @@
+package phases
+
+import (
+	"runtime"
+	"time"
+)
+
+// yieldEvery is how long a timed loop runs before it yields its P. It must
+// stay below the Go runtime's 10 ms preemption slice (forcePreemptNS).
+const yieldEvery = int64(5 * time.Millisecond)
+
+// yielder keeps a goroutine that loops over short syscalls from looking
+// like a CPU hog to the Go runtime. sysmon preempts a goroutine that has
+// not been rescheduled for 10 ms; finding it inside a syscall, it takes its
+// P away (waking another thread to run the P, and sending the loop through
+// the slow exitsyscall path) and drops its own polling period back to
+// 20 µs, waking every few tens of µs for the next 10-20 ms. On a node where
+// every CPU runs a rank, each of those wake-ups preempts a rank's worker:
+// measured on a 2-vCPU VM, 2-rank stat storms ran 15% below a C loop of
+// the same syscalls, and a 1-rank one 7%. A Gosched every 5 ms moves the
+// scheduling tick on, so none of it happens, at the cost of one thread
+// wake-up per yield.
+type yielder struct{ next int64 }
+
+// due reports whether the loop, now ns into its run, should yield; the
+// caller yields (runtime.Gosched) outside any op's timed span.
+func (y *yielder) due(now int64) bool {
+	if now < y.next {
+		return false
+	}
+	y.next = now + yieldEvery
+	return true
+}
+
+// yield is runtime.Gosched; a variable so that a test can make a yield
+// take measurable time.
+var yield = runtime.Gosched

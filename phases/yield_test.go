@@ -1,0 +1,63 @@
+package phases
+
+import (
+	"testing"
+	"time"
+)
+
+// The yielder fires at most once per yieldEvery and again as soon as a
+// full period has passed, so a loop never runs 10 ms without a yield.
+func TestYielderPeriod(t *testing.T) {
+	var y yielder
+	if !y.due(0) {
+		t.Fatal("a fresh yielder is due at once")
+	}
+	for _, now := range []int64{1, yieldEvery / 2, yieldEvery - 1} {
+		if y.due(now) {
+			t.Fatalf("due at %d ns, %d ns after the last yield", now, now)
+		}
+	}
+	if !y.due(yieldEvery) {
+		t.Fatalf("not due one period (%d ns) after the last yield", yieldEvery)
+	}
+	// A loop that stalled for a long op yields right after it, then waits
+	// a whole period again.
+	if !y.due(10 * yieldEvery) {
+		t.Fatal("not due after a long gap")
+	}
+	if y.due(11*yieldEvery - 1) {
+		t.Fatal("due before a period passed since the last yield")
+	}
+	if yieldEvery >= int64(10*time.Millisecond) {
+		t.Fatalf("yieldEvery %s is not below the Go runtime's 10 ms preemption slice", time.Duration(yieldEvery))
+	}
+}
+
+// The time spent yielding is charged to no op: with yields made to take 2
+// ms each, the laps of a loop add up to its wall time less the yields.
+func TestOpClockYieldIsNoOpsTime(t *testing.T) {
+	const pause = 2 * time.Millisecond
+	saved := yield
+	yield = func() { time.Sleep(pause) }
+	defer func() { yield = saved }()
+
+	clk := newOpClock()
+	start := clk.base
+	var sum int64
+	yields := 0
+	for time.Since(start) < 4*time.Duration(yieldEvery) {
+		before := clk.y.next
+		sum += clk.lap()
+		if clk.y.next != before {
+			yields++
+		}
+	}
+	if yields < 2 {
+		t.Fatalf("%d yields in 4 periods of %s", yields, time.Duration(yieldEvery))
+	}
+	wall := clk.last.Sub(start)
+	if max := wall - time.Duration(yields)*pause; time.Duration(sum) > max {
+		t.Fatalf("laps sum to %s over a wall of %s with %d yields of %s: the yields were charged to ops",
+			time.Duration(sum), wall, yields, pause)
+	}
+}
