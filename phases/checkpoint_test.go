@@ -429,7 +429,10 @@ func TestDCPSyscalls(t *testing.T) {
 			defer f.Close()
 			fsyncs := map[string]int{}
 			var order []string
-			re := regexp.MustCompile(`(fsync|fdatasync)\(\d+<([^>]*/checkpoint/[^>]*)>\)|rename(?:at2?)?\(.*"([^"]*/checkpoint/\.metadata\.tmp)".*"([^"]*/checkpoint/\.metadata)"`)
+			// strace -f splits a call that another thread interrupts into
+			// "fsync(5</p> <unfinished ...>" and "<... fsync resumed>) = 0":
+			// match the call by its opening, which names the file once.
+			re := regexp.MustCompile(`(fsync|fdatasync)\(\d+<([^>]*/checkpoint/[^>]*)>|rename(?:at2?)?\(.*"([^"]*/checkpoint/\.metadata\.tmp)".*"([^"]*/checkpoint/\.metadata)"`)
 			sc := bufio.NewScanner(f)
 			for sc.Scan() {
 				m := re.FindStringSubmatch(sc.Text())
