@@ -69,6 +69,25 @@ type Comm interface {
 	Close() error
 }
 
+// Aligner is implemented by communicators whose Barrier may release the
+// ranks noticeably apart (the rendezvous: up to its 2 ms poll period).
+// Align is a Barrier that releases them together, for the start of a timed
+// step, where any skew adds to the wall time. MPI_Barrier and Single need
+// no such thing.
+type Aligner interface {
+	Align(ctx context.Context) error
+}
+
+var _ Aligner = (*Rendezvous)(nil)
+
+// Align is c's Align when it has one, else its Barrier.
+func Align(ctx context.Context, c Comm) error {
+	if a, ok := c.(Aligner); ok {
+		return a.Align(ctx)
+	}
+	return c.Barrier(ctx)
+}
+
 // ErrAborted is returned by collectives when another rank aborted the job.
 var ErrAborted = errors.New("spmd: job aborted by another rank")
 

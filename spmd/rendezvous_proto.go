@@ -49,7 +49,14 @@ const (
 	pollMin    = 20 * time.Microsecond
 	pollMax    = 2 * time.Millisecond
 	abortEvery = 10 * time.Millisecond
+	// alignPoll caps the polling of Align's second barrier, which every
+	// rank enters within a poll period of the others.
+	alignPoll = 50 * time.Microsecond
 )
+
+// waitSleepHook, when a test sets it, sees every sleep of wait: the rank,
+// the collective's directory and the delay.
+var waitSleepHook func(rank int, dir string, delay time.Duration)
 
 // step is one collective as run sees it.
 type step struct {
@@ -63,6 +70,8 @@ type step struct {
 	// returns what every rank gets and what root gets. An error of type
 	// *failure names the rank at fault.
 	combine func(parts [][]byte) (shared, forRoot []byte, err error)
+	// poll caps the polling period of this step's waits; 0 means pollMax.
+	poll time.Duration
 }
 
 // failure is why a collective could not complete, in a form rank 0 can pass
@@ -148,7 +157,7 @@ func (c *Rendezvous) lead(ctx context.Context, s *step, seq uint64) (shared, for
 	for r := 1; r < n; r++ {
 		missing = append(missing, r)
 	}
-	err = c.wait(ctx, dir, func() (bool, error) {
+	err = c.wait(ctx, dir, s.poll, func() (bool, error) {
 		left := missing[:0]
 		for i, r := range missing {
 			b, err := os.ReadFile(filepath.Join(dir, strconv.Itoa(r)))
@@ -222,7 +231,7 @@ func (c *Rendezvous) follow(ctx context.Context, s *step, seq uint64) (shared, f
 	}
 	resultPath := filepath.Join(dir, resultFile)
 	var res []byte
-	err = c.wait(ctx, dir, func() (bool, error) {
+	err = c.wait(ctx, dir, s.poll, func() (bool, error) {
 		b, err := os.ReadFile(resultPath)
 		if errors.Is(err, fs.ErrNotExist) {
 			return false, nil
@@ -295,7 +304,7 @@ type beatWatch struct {
 // (returning ctx.Err()), and with a *failure when the job is aborted, when a
 // rank in awaited (ranks of this communicator) stops its heartbeat, or after
 // the timeout.
-func (c *Rendezvous) wait(ctx context.Context, dir string, done func() (bool, error), awaited func() []int) error {
+func (c *Rendezvous) wait(ctx context.Context, dir string, poll time.Duration, done func() (bool, error), awaited func() []int) error {
 	if ok, err := done(); ok || err != nil {
 		return err // the common case once the job is in step: no wait at all
 	}
@@ -304,7 +313,10 @@ func (c *Rendezvous) wait(ctx context.Context, dir string, done func() (bool, er
 	lastAbort, lastBeat := start, start
 	beatEvery := min(j.heartbeat, j.deadAfter/4)
 	beats := make(map[int]*beatWatch)
-	delay := pollMin
+	if poll <= 0 {
+		poll = pollMax
+	}
+	delay := min(pollMin, poll)
 	timer := time.NewTimer(delay)
 	defer timer.Stop()
 	for {
@@ -327,13 +339,16 @@ func (c *Rendezvous) wait(ctx context.Context, dir string, done func() (bool, er
 		if now.Sub(start) >= j.timeout {
 			return c.timeoutFailure(dir, c.worldRanks(awaited()))
 		}
+		if waitSleepHook != nil {
+			waitSleepHook(c.rank, dir, delay)
+		}
 		timer.Reset(delay)
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-timer.C:
 		}
-		delay = min(2*delay, pollMax)
+		delay = min(2*delay, poll)
 		if ok, err := done(); ok || err != nil {
 			return err
 		}

@@ -663,3 +663,39 @@ func TestRendezvousAlert(t *testing.T) {
 		t.Errorf("alert files left behind: %v", ents)
 	}
 }
+
+// Align's second barrier polls at alignPoll at most, while the plain
+// barrier before it backs off to pollMax for a rank that waits long: that
+// cap is what releases the ranks together.
+func TestRendezvousAlign(t *testing.T) {
+	ranks := startRanks(t, 2, RendezvousConfig{Host: "node"})
+	var mu sync.Mutex
+	maxDelay := map[string]time.Duration{} // collective directory -> longest sleep
+	waitSleepHook = func(rank int, dir string, d time.Duration) {
+		mu.Lock()
+		maxDelay[dir] = max(maxDelay[dir], d)
+		mu.Unlock()
+	}
+	defer func() { waitSleepHook = nil }()
+
+	ctx := context.Background()
+	seq := ranks[1].seq
+	onEach(t, ranks, func(c *Rendezvous) error {
+		if c.Rank() == 0 {
+			time.Sleep(40 * time.Millisecond) // rank 1 waits long in the first barrier
+		}
+		return c.Align(ctx)
+	})
+	// The same communicator still works: Align left every rank in step.
+	onEach(t, ranks, func(c *Rendezvous) error { return c.Barrier(ctx) })
+
+	first, second := ranks[1].seqDir(seq), ranks[1].seqDir(seq+1)
+	mu.Lock()
+	defer mu.Unlock()
+	if maxDelay[first] <= alignPoll {
+		t.Fatalf("the plain barrier's polling reached only %s after a 40 ms wait; the test shows nothing", maxDelay[first])
+	}
+	if d, ok := maxDelay[second]; ok && d > alignPoll {
+		t.Fatalf("Align's second barrier polled at %s, more than alignPoll %s", d, alignPoll)
+	}
+}
