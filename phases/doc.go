@@ -6,5 +6,8 @@
 //
 // Timed loops follow one shape: prepare everything in Setup, then between
 // two clock reads issue exactly one operation and call Recorder.Observe.
+// A loop of short syscalls yields its P every 5 ms (yielder, yield.go),
+// outside any op's time, or the Go runtime's sysmon takes it for a CPU hog
+// and wakes up every few tens of µs, preempting ranks on a full node.
 // Phases never print; they return errors that name the phase, rank and path.
 package phases
