@@ -630,7 +630,7 @@ func (e *engine) runPhase(ctx context.Context, c spmd.Comm, s *Spec, sweep bool)
 	}
 	hists := map[string]*hdr.Histogram{}
 	for _, op := range ops {
-		counts := report.Counts(measured.Op(op).Hist)
+		counts := report.Counts(measured.Op(op).Hist())
 		if err := c.ReduceInt64(e.coord, 0, spmd.Sum, counts); err != nil {
 			return nil, err
 		}

@@ -19,12 +19,38 @@ func TestRecorderObserve(t *testing.T) {
 	if r.MaxNs != HighestNs {
 		t.Fatalf("max=%d want %d", r.MaxNs, HighestNs)
 	}
-	if got := r.Hist.TotalCount(); got != 4 {
+	if got := r.Hist().TotalCount(); got != 4 {
 		t.Fatalf("histogram count %d want 4 (errors excluded)", got)
 	}
 	// 3 significant figures at the bottom of the range: 1.5 µs stays 1.5 µs.
-	if v := r.Hist.ValueAtQuantile(50); v < 1499 || v > 1501 {
+	if v := r.Hist().ValueAtQuantile(50); v < 1499 || v > 1501 {
 		t.Fatalf("p50=%d want ~1500", v)
+	}
+}
+
+// Latencies are buffered and folded into the histogram in batches; every
+// way out (Hist, Merge) must see all of them, whether or not the last batch
+// was full, in the buckets a direct record puts them in.
+func TestRecorderBufferedExact(t *testing.T) {
+	for _, n := range []int{1, pendCap - 1, pendCap, pendCap + 1, 5*pendCap + 7} {
+		r, want := NewRecorder("stat"), NewHistogram()
+		for i := 0; i < n; i++ {
+			ns := int64(1+i%97) * 1013 * int64(1+i%5)
+			r.ObserveNs(ns, 0, nil)
+			_ = want.RecordValue(ns)
+		}
+		if !r.Hist().Equals(want) {
+			t.Fatalf("n=%d: histogram holds %d values, want %d", n, r.Hist().TotalCount(), want.TotalCount())
+		}
+		r.ObserveNs(7777, 0, nil) // a record after a read still lands
+		_ = want.RecordValue(7777)
+		m := NewRecorder("stat")
+		m.ObserveNs(42, 0, nil)
+		_ = want.RecordValue(42)
+		m.Merge(r)
+		if !m.Hist().Equals(want) || m.Ops != int64(n)+2 {
+			t.Fatalf("n=%d: merged %d values (ops %d), want %d", n, m.Hist().TotalCount(), m.Ops, want.TotalCount())
+		}
 	}
 }
 
@@ -34,7 +60,7 @@ func TestCountsRoundTripAndSum(t *testing.T) {
 		a.ObserveNs(i*1000, 0, nil)
 		b.ObserveNs(i*1_000_000, 0, nil)
 	}
-	ca, cb := Counts(a.Hist), Counts(b.Hist)
+	ca, cb := Counts(a.Hist()), Counts(b.Hist())
 	if len(ca) != CountsLen {
 		t.Fatalf("counts len %d want %d", len(ca), CountsLen)
 	}
@@ -43,7 +69,7 @@ func TestCountsRoundTripAndSum(t *testing.T) {
 	}
 	h := FromCounts(ca)
 	a.Merge(b)
-	if h.TotalCount() != 2000 || !h.Equals(a.Hist) {
+	if h.TotalCount() != 2000 || !h.Equals(a.Hist()) {
 		t.Fatalf("summed counts differ from merged histogram: %d", h.TotalCount())
 	}
 	if p := h.ValueAtQuantile(50); p < 999_000 || p > 1_001_000 {

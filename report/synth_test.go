@@ -103,7 +103,7 @@ func synthPhase(rng *rand.Rand, s phaseSpec, scale float64) PhaseResult {
 			if hists[op.name] == nil {
 				hists[op.name] = NewHistogram()
 			}
-			hists[op.name].Merge(rec.Hist)
+			hists[op.name].Merge(rec.Hist())
 		}
 		busy := total * 0.9 * f * (1 + 0.05*float64(r%3))
 		recs = append(recs, NewRankRecord(r, fmt.Sprintf("node%03d", r/4+1), set, busy))
