@@ -263,7 +263,7 @@ func BenchmarkMetaOpOverhead(b *testing.B) {
 	target := "x"
 	b.Run("chained", func(b *testing.B) {
 		rec := benchMetaEnv(b, "overhead").Recorder("stat")
-		clk := newOpClock()
+		clk := newOpClock(context.Background())
 		b.ReportAllocs()
 		for b.Loop() {
 			select {

@@ -1,6 +1,7 @@
 package phases
 
 import (
+	"context"
 	"testing"
 	"time"
 )
@@ -41,7 +42,7 @@ func TestOpClockYieldIsNoOpsTime(t *testing.T) {
 	yield = func() { time.Sleep(pause) }
 	defer func() { yield = saved }()
 
-	clk := newOpClock()
+	clk := newOpClock(context.Background())
 	start := clk.base
 	var sum int64
 	yields := 0
@@ -61,5 +62,41 @@ func TestOpClockYieldIsNoOpsTime(t *testing.T) {
 	if max := wall - time.Duration(yields)*pause; time.Duration(sum) > max {
 		t.Fatalf("laps sum to %s over a wall of %s with %d yields of %s: the yields were charged to ops",
 			time.Duration(sum), wall, yields, pause)
+	}
+}
+
+// A timed loop polls its context at the yields: a context cancelled before
+// the loop stops it before its first op, one cancelled during the loop is
+// seen at the next yield, and a live one never stops it.
+func TestOpClockSeesCancelAtYield(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done, stop := context.WithCancel(context.Background())
+	stop()
+	if clk := newOpClock(done); !clk.stop {
+		t.Fatal("a loop started with a cancelled context would run its first op")
+	}
+
+	clk := newOpClock(ctx)
+	yields := 0
+	for start := time.Now(); yields < 2; {
+		if time.Since(start) > 30*time.Second {
+			t.Fatalf("only %d yields in 30 s", yields)
+		}
+		before := clk.y.next
+		clk.lap()
+		if clk.y.next != before {
+			yields++
+		}
+		if clk.stop {
+			t.Fatal("the loop stopped with its context live")
+		}
+	}
+	cancel()
+	laps := 0
+	for start := time.Now(); !clk.stop; laps++ {
+		if time.Since(start) > 30*time.Second {
+			t.Fatalf("cancelled context not seen after %d laps in 30 s (yield period %s)", laps, time.Duration(yieldEvery))
+		}
+		clk.lap()
 	}
 }
