@@ -24,6 +24,7 @@ type runOptions struct {
 	workdir string
 	results string
 	json    bool
+	bind    string // local launcher: "cpus" or "none"
 }
 
 // parseFlags parses fs allowing flags before and after the one positional
@@ -50,6 +51,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.workdir, "workdir", "", "directory under which prism creates its run directory (overrides [plan] workdir)")
 	fs.StringVar(&o.results, "results", "", "directory for manifests (overrides [plan] results)")
 	fs.BoolVar(&o.json, "json", false, "print the manifest JSON instead of the text summary")
+	fs.StringVar(&o.bind, "bind", "cpus", "with -n: `cpus` binds each rank to a disjoint block of CPUs (when N <= CPUs), none leaves them unbound")
 	pos, err := parseFlags(fs, args)
 	if err != nil {
 		return exitUsage
@@ -60,6 +62,10 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	}
 	if len(pos) == 1 {
 		o.plan = pos[0]
+	}
+	if o.bind != "cpus" && o.bind != "none" {
+		fmt.Fprintf(stderr, "prism run: --bind %q: want cpus or none\n", o.bind)
+		return exitUsage
 	}
 	if o.n < 0 || o.n > 4096 {
 		fmt.Fprintf(stderr, "prism run: -n %d out of range (1 .. 4096)\n", o.n)
@@ -321,6 +327,7 @@ func launchLocal(ctx context.Context, o runOptions, stdout, stderr io.Writer) in
 	defer signal.Stop(sigs)
 	code, err := spmd.Launch(ctx, spmd.LaunchConfig{
 		N: o.n, Path: self, Args: args, Env: os.Environ(), Stdout: stdout, Stderr: stderr, Signals: sigs,
+		Bind: o.bind == "cpus",
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "prism: launcher: %v\n", err)

@@ -7,11 +7,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/prism-hpc/prism/report"
+	"github.com/prism-hpc/prism/spmd"
 )
 
 // prismBin is the binary under test: $PRISM_BIN (make test passes bin/prism,
@@ -335,5 +337,72 @@ func TestDefaultRun(t *testing.T) {
 	}
 	if _, err := os.Stat(m.Host.Workdir); !os.IsNotExist(err) {
 		t.Errorf("temporary workdir %s still exists (%v)", m.Host.Workdir, err)
+	}
+}
+
+// TestRunBindsRanks: `prism run -n 2` gives each rank a disjoint block of
+// the launcher's CPUs, and the manifest records every rank's affinity;
+// --bind none leaves every rank on all of them.
+func TestRunBindsRanks(t *testing.T) {
+	own, err := spmd.Affinity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := spmd.CPUList(own)
+	dir := t.TempDir()
+	plan := writePlan(t, dir, "[plan]\ndrop_caches = \"none\"\n[[phase]]\nkind = \"create_files\"\ncount = 5\n")
+	cpusOf := func(args ...string) []string {
+		t.Helper()
+		r := prism(t, dir, append([]string{"run", "-n", "2", plan, "--results", filepath.Join(dir, "res")}, args...)...)
+		if r.code != 0 {
+			t.Fatalf("prism run -n 2 %v: exit %d\n%s", args, r.code, r.stderr)
+		}
+		var got []string
+		for _, pr := range loadManifest(t, r).Phases[0].PerRank {
+			got = append(got, pr.CPUs)
+		}
+		if len(got) != 2 {
+			t.Fatalf("%d per-rank rows", len(got))
+		}
+		return got
+	}
+
+	bound := cpusOf()
+	if len(own) < 2 {
+		// Fewer CPUs than ranks: nothing to split, the ranks float.
+		if bound[0] != all || bound[1] != all {
+			t.Fatalf("on CPUs %s, 2 ranks bound to %v; want both unbound", all, bound)
+		}
+	} else {
+		seen := map[int]int{}
+		for rank, list := range bound {
+			for _, part := range strings.Split(list, ",") {
+				lo, hi, _ := strings.Cut(part, "-")
+				a, err1 := strconv.Atoi(lo)
+				b, err2 := strconv.Atoi(hi)
+				if hi == "" {
+					b, err2 = a, nil
+				}
+				if err1 != nil || err2 != nil || b < a {
+					t.Fatalf("rank %d: cpus %q is not a cpulist", rank, list)
+				}
+				for c := a; c <= b; c++ {
+					if prev, dup := seen[c]; dup {
+						t.Fatalf("CPU %d given to ranks %d and %d (%v)", c, prev, rank, bound)
+					}
+					seen[c] = rank
+				}
+			}
+		}
+		if len(seen) != len(own) {
+			t.Fatalf("ranks bound to %v, which covers %d of the %d CPUs %s", bound, len(seen), len(own), all)
+		}
+	}
+
+	if unbound := cpusOf("--bind", "none"); unbound[0] != all || unbound[1] != all {
+		t.Fatalf("--bind none: ranks on %v, want both on %s", unbound, all)
+	}
+	if r := prism(t, dir, "run", "-n", "2", "--bind", "core", plan); r.code != 2 || !strings.Contains(r.stderr, "--bind") {
+		t.Fatalf("--bind core: exit %d, stderr %q; want a usage error naming --bind", r.code, r.stderr)
 	}
 }

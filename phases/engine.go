@@ -73,6 +73,9 @@ var ErrPlanRanks = errors.New("plan asks for more ranks than the job has")
 // caller must bring the job down; phase failures are reported in Outcome.
 func Execute(ctx context.Context, o Options) (*Outcome, error) {
 	e := &engine{o: o, comm: o.Comm, coord: context.Background(), state: map[string]any{}}
+	if cpus, err := spmd.Affinity(); err == nil {
+		e.cpus = spmd.CPUList(cpus)
+	}
 	if e.o.Now == nil {
 		e.o.Now = time.Now
 	}
@@ -91,8 +94,9 @@ type engine struct {
 	ownDir bool // this rank created runDir (rank 0, or a node-local workdir)
 	state  map[string]any
 	subs   map[int]spmd.Comm
-	stuck  bool // an op was abandoned past op_timeout: leave the run directory alone
-	tty    bool // stderr is a terminal: progress is a bar redrawn in place
+	stuck  bool   // an op was abandoned past op_timeout: leave the run directory alone
+	tty    bool   // stderr is a terminal: progress is a bar redrawn in place
+	cpus   string // the CPUs this rank may run on, as a cpulist
 }
 
 func (e *engine) rank0() bool { return e.comm.Rank() == 0 }
@@ -601,6 +605,7 @@ func (e *engine) runPhase(ctx context.Context, c spmd.Comm, s *Spec, sweep bool)
 	// Gather: small per-rank records, then count arrays reduced op by op.
 	rec := report.NewRankRecord(e.comm.Rank(), c.Host(), measured, busy)
 	rec.Metrics = metrics
+	rec.CPUs = e.cpus
 	var pe *peerError
 	if failure != nil && !errors.As(failure, &pe) {
 		rec.Error = failure.Error()

@@ -10,14 +10,17 @@ import (
 // small, fixed-shape summary (the histograms travel separately, as summed
 // count arrays).
 type RankRecord struct {
-	Rank      int                `json:"rank"`
-	Host      string             `json:"host"`
-	Ops       int64              `json:"ops"`
-	Bytes     int64              `json:"bytes"`
-	Errors    int64              `json:"errors"`
-	MaxNs     int64              `json:"max_ns"`
-	Seconds   float64            `json:"seconds"`
-	Error     string             `json:"error,omitempty"`
+	Rank    int     `json:"rank"`
+	Host    string  `json:"host"`
+	Ops     int64   `json:"ops"`
+	Bytes   int64   `json:"bytes"`
+	Errors  int64   `json:"errors"`
+	MaxNs   int64   `json:"max_ns"`
+	Seconds float64 `json:"seconds"`
+	Error   string  `json:"error,omitempty"`
+	// CPUs is the rank's CPU affinity as a cpulist ("0-3"): what the
+	// launcher's binding (prism -n, mpirun --bind-to, srun --cpu-bind) gave.
+	CPUs      string             `json:"cpus,omitempty"`
 	OpsByType map[string]OpCount `json:"ops_by_type,omitempty"`
 	Metrics   map[string]float64 `json:"metrics,omitempty"`
 }
@@ -73,7 +76,7 @@ func Fill(pr *PhaseResult, recs []RankRecord, hists map[string]*hdr.Histogram, w
 	for i, r := range recs {
 		pr.PerRank = append(pr.PerRank, RankResult{
 			Rank: r.Rank, Host: r.Host, Bytes: r.Bytes, Ops: r.Ops, Seconds: r.Seconds,
-			Errors: r.Errors, MaxLatencyNs: r.MaxNs, Error: r.Error,
+			Errors: r.Errors, MaxLatencyNs: r.MaxNs, Error: r.Error, CPUs: r.CPUs,
 		})
 		pr.Bytes += r.Bytes
 		pr.Ops += r.Ops

@@ -147,6 +147,7 @@ type RankResult struct {
 	Errors       int64   `json:"errors"`
 	MaxLatencyNs int64   `json:"max_latency_ns"`
 	Error        string  `json:"error,omitempty"`
+	CPUs         string  `json:"cpus,omitempty"` // the rank's CPU affinity, a cpulist
 }
 
 // CacheInfo records the cache policy a phase asked for and what this run

@@ -50,6 +50,12 @@ type LaunchConfig struct {
 	// Signals are forwarded to every child still running (typically
 	// SIGINT and SIGTERM from signal.Notify); may be nil.
 	Signals <-chan os.Signal
+	// Bind gives each child a disjoint block of the launcher's CPUs
+	// (CPUBlocks), when there are at least N of them. Ranks left to float
+	// share every CPU with each other's helper threads, and on a node where
+	// the CPUs are not equally fast (a VM's vCPUs, SMT siblings) which rank
+	// lands where changes from run to run, and with it the slowest rank.
+	Bind bool
 }
 
 // Launch runs a job of cfg.N copies of cfg.Path on this host, coordinated
@@ -93,6 +99,12 @@ func Launch(ctx context.Context, cfg LaunchConfig) (exitCode int, err error) {
 	}
 	env = withoutRankVars(env)
 	stdout, stderr := lockWriters(cfg.Stdout, cfg.Stderr)
+	var blocks [][]int
+	if cfg.Bind {
+		if cpus, err := Affinity(); err == nil {
+			blocks = CPUBlocks(cpus, cfg.N)
+		}
+	}
 	children := make([]*exec.Cmd, 0, cfg.N)
 	for i := range cfg.N {
 		cmd := exec.Command(cfg.Path, cfg.Args...)
@@ -106,7 +118,11 @@ func Launch(ctx context.Context, cfg LaunchConfig) (exitCode int, err error) {
 		// A grandchild holding the output pipe open must not keep Launch
 		// waiting after the child itself is gone.
 		cmd.WaitDelay = grace
-		if err := cmd.Start(); err != nil {
+		var cpus []int
+		if blocks != nil {
+			cpus = blocks[i]
+		}
+		if err := startBound(cmd, cpus); err != nil {
 			for _, c := range children {
 				c.Process.Kill()
 				c.Wait()

@@ -1,0 +1,54 @@
+package spmd
+
+import (
+	"strconv"
+	"strings"
+)
+
+// CPUBlocks splits cpus into n disjoint blocks of consecutive entries, one
+// per local rank, the first len(cpus)%n blocks one CPU larger: 8 CPUs for 3
+// ranks give 0-2, 3-5, 6-7. It returns nil when there are fewer CPUs than
+// ranks, where binding would stack ranks on shared CPUs anyway.
+//
+// A block rather than a single CPU per rank, as OpenMPI's default
+// --bind-to core would give: a phase may run several workers per rank
+// (blockio numjobs, dataload threads), and they need the rank's share of the
+// node, not one core.
+func CPUBlocks(cpus []int, n int) [][]int {
+	if n < 1 || len(cpus) < n {
+		return nil
+	}
+	blocks := make([][]int, n)
+	k, extra, at := len(cpus)/n, len(cpus)%n, 0
+	for i := range blocks {
+		size := k
+		if i < extra {
+			size++
+		}
+		blocks[i] = cpus[at : at+size : at+size]
+		at += size
+	}
+	return blocks
+}
+
+// CPUList formats CPU numbers as the kernel's cpulist does ("0-3,8,10-11"),
+// for ascending, distinct cpus.
+func CPUList(cpus []int) string {
+	var b strings.Builder
+	for i := 0; i < len(cpus); {
+		j := i
+		for j+1 < len(cpus) && cpus[j+1] == cpus[j]+1 {
+			j++
+		}
+		if b.Len() > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.Itoa(cpus[i]))
+		if j > i {
+			b.WriteByte('-')
+			b.WriteString(strconv.Itoa(cpus[j]))
+		}
+		i = j + 1
+	}
+	return b.String()
+}

@@ -1,0 +1,58 @@
+package spmd
+
+import (
+	"fmt"
+	"testing"
+)
+
+func TestCPUBlocks(t *testing.T) {
+	seq := func(n int) []int {
+		s := make([]int, n)
+		for i := range s {
+			s[i] = i
+		}
+		return s
+	}
+	cases := []struct {
+		cpus []int
+		n    int
+		want string
+	}{
+		{seq(2), 2, "[[0] [1]]"},
+		{seq(8), 3, "[[0 1 2] [3 4 5] [6 7]]"},
+		{seq(8), 4, "[[0 1] [2 3] [4 5] [6 7]]"},
+		{[]int{2, 3, 8, 9, 10}, 2, "[[2 3 8] [9 10]]"},
+		{seq(4), 1, "[[0 1 2 3]]"},
+		{seq(2), 3, "[]"}, // fewer CPUs than ranks: no binding
+		{seq(2), 0, "[]"},
+	}
+	for _, tc := range cases {
+		if got := fmt.Sprint(CPUBlocks(tc.cpus, tc.n)); got != tc.want {
+			t.Errorf("CPUBlocks(%v, %d) = %s, want %s", tc.cpus, tc.n, got, tc.want)
+		}
+	}
+	// Blocks are capped: appending to one must not overwrite the next.
+	b := CPUBlocks(seq(4), 2)
+	_ = append(b[0], 99)
+	if b[1][0] != 2 {
+		t.Fatalf("appending to block 0 changed block 1 to %v", b[1])
+	}
+}
+
+func TestCPUList(t *testing.T) {
+	cases := []struct {
+		cpus []int
+		want string
+	}{
+		{nil, ""},
+		{[]int{0}, "0"},
+		{[]int{0, 1, 2, 3}, "0-3"},
+		{[]int{0, 1, 2, 3, 8, 10, 11}, "0-3,8,10-11"},
+		{[]int{1, 3, 5}, "1,3,5"},
+	}
+	for _, tc := range cases {
+		if got := CPUList(tc.cpus); got != tc.want {
+			t.Errorf("CPUList(%v) = %q, want %q", tc.cpus, got, tc.want)
+		}
+	}
+}
