@@ -19,7 +19,10 @@
  * start and end (CLOCK_MONOTONIC), wait until every worker has finished
  * (so no teardown disturbs a running peer), then remove their files and
  * leave the directories for the next run, as prism does between
- * iterations. The result is aggregate: total ops / (last end - first start),
+ * iterations. Like `prism run -n`'s ranks, worker w is bound to the w-th of
+ * nprocs disjoint blocks of the CPUs floor may use (the first blocks one CPU
+ * larger when they do not divide evenly), unless there are fewer CPUs than
+ * workers. The result is aggregate: total ops / (last end - first start),
  * which is how prism computes an iteration's wall time.
  *
  * Output, one line on stdout:
@@ -33,6 +36,7 @@
  */
 #define _GNU_SOURCE
 #include <dirent.h>
+#include <sched.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -171,6 +175,26 @@ static void wait_closed(int fd)
 		;
 	if (r < 0)
 		die("read barrier", NULL);
+}
+
+/* bind_block binds the calling process to block w of nprocs disjoint,
+ * consecutive blocks of the CPUs in allowed, as spmd.CPUBlocks does. */
+static void bind_block(const cpu_set_t *allowed, int w, int nprocs)
+{
+	int cpus[CPU_SETSIZE], n = 0;
+	for (int c = 0; c < CPU_SETSIZE; c++)
+		if (CPU_ISSET(c, allowed))
+			cpus[n++] = c;
+	if (n < nprocs)
+		return;
+	int k = n / nprocs, extra = n % nprocs;
+	int at = w * k + (w < extra ? w : extra), size = k + (w < extra);
+	cpu_set_t set;
+	CPU_ZERO(&set);
+	for (int i = at; i < at + size; i++)
+		CPU_SET(cpus[i], &set);
+	if (sched_setaffinity(0, sizeof set, &set) != 0)
+		die("sched_setaffinity", NULL);
 }
 
 static void worker(enum op op, const char *dir, int w, long count, size_t size,
@@ -327,12 +351,16 @@ int main(int argc, char **argv)
 	pipe_or_die(go);
 	pipe_or_die(res);
 	pipe_or_die(done);
+	cpu_set_t allowed;
+	if (sched_getaffinity(0, sizeof allowed, &allowed) != 0)
+		die("sched_getaffinity", NULL);
 	pid_t *pids = calloc(nprocs, sizeof *pids);
 	for (int w = 0; w < nprocs; w++) {
 		pid_t pid = fork();
 		if (pid < 0)
 			die("fork", NULL);
 		if (pid == 0) {
+			bind_block(&allowed, w, (int)nprocs);
 			close(ready[0]);
 			close(go[1]);
 			close(res[0]);
