@@ -8,6 +8,7 @@
 // two clock reads issue exactly one operation and call Recorder.Observe.
 // A loop of short syscalls yields its P every 5 ms (yielder, yield.go),
 // outside any op's time, or the Go runtime's sysmon takes it for a CPU hog
-// and wakes up every few tens of µs, preempting ranks on a full node.
+// and wakes up every few tens of µs, preempting ranks on a full node. The
+// metadata loops poll their context at those yields, not before every op.
 // Phases never print; they return errors that name the phase, rank and path.
 package phases

@@ -14,6 +14,12 @@
 // with a ~30% error, while 1 ns keeps 3 significant figures from the fastest
 // cached op up to an hour-long stall.
 //
+// A Recorder buffers latencies and folds them into its histogram every
+// pendCap ops (Hist folds the rest): a record is one sequential store, and
+// the ~200 KiB counts array is touched in batches instead of once between
+// every two syscalls, which matters where the kernel flushes the TLB on each
+// syscall (page-table isolation without PCID).
+//
 // report must not import phases or spmd: it is handed numbers and bytes, and
 // writes to the io.Writer or path it is given.
 package report

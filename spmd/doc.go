@@ -14,7 +14,10 @@
 //
 // The local launcher (Launch) starts N copies of the current binary with a
 // private rendezvous directory, forwards signals and stops every child when
-// one dies.
+// one dies. With LaunchConfig.Bind it gives each child a disjoint block of
+// its own CPUs (CPUBlocks): unbound ranks float over CPUs of unequal speed
+// and their helper threads preempt each other. Affinity and CPUList let a
+// rank report the binding it got, from whichever launcher.
 //
 // spmd must not know about phases, plans or reports: it moves bytes and
 // numbers between ranks, nothing else. It never prints; callers pass writers.

@@ -25,6 +25,10 @@
 # too: on a machine shared with other work, noise only ever slows a sample
 # down.
 #
+# Placement: prism run -n binds rank w to the w-th block of CPUs and floor
+# binds worker w to the same block, so both sides place their loops alike
+# (on a VM the vCPUs need not be equally fast).
+#
 # Filesystem: as root, with mkfs.xfs, both sides run on a fresh XFS
 # loop-mounted from an image in BENCH_DIR (BENCH_FS=xfs, the default then),
 # so every bench starts from the same empty filesystem: the host's own
