@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -351,14 +350,17 @@ func TestRunBindsRanks(t *testing.T) {
 	all := spmd.CPUList(own)
 	dir := t.TempDir()
 	plan := writePlan(t, dir, "[plan]\ndrop_caches = \"none\"\n[[phase]]\nkind = \"create_files\"\ncount = 5\n")
+	var host report.HostInfo
 	cpusOf := func(args ...string) []string {
 		t.Helper()
 		r := prism(t, dir, append([]string{"run", "-n", "2", plan, "--results", filepath.Join(dir, "res")}, args...)...)
 		if r.code != 0 {
 			t.Fatalf("prism run -n 2 %v: exit %d\n%s", args, r.code, r.stderr)
 		}
+		m := loadManifest(t, r)
+		host = m.Host
 		var got []string
-		for _, pr := range loadManifest(t, r).Phases[0].PerRank {
+		for _, pr := range m.Phases[0].PerRank {
 			got = append(got, pr.CPUs)
 		}
 		if len(got) != 2 {
@@ -368,6 +370,16 @@ func TestRunBindsRanks(t *testing.T) {
 	}
 
 	bound := cpusOf()
+	// The host is described as a host, not as rank 0's share of it, and
+	// prism's own binding is not mistaken for a launcher's unasked one.
+	if host.LogicalCores < len(own) {
+		t.Errorf("host.logical_cores = %d on a host where the test runs on %d CPUs", host.LogicalCores, len(own))
+	}
+	for _, w := range host.Warnings {
+		if strings.Contains(w, "GOMAXPROCS") {
+			t.Errorf("a rank bound by prism run -n warns: %s", w)
+		}
+	}
 	if len(own) < 2 {
 		// Fewer CPUs than ranks: nothing to split, the ranks float.
 		if bound[0] != all || bound[1] != all {
@@ -376,22 +388,15 @@ func TestRunBindsRanks(t *testing.T) {
 	} else {
 		seen := map[int]int{}
 		for rank, list := range bound {
-			for _, part := range strings.Split(list, ",") {
-				lo, hi, _ := strings.Cut(part, "-")
-				a, err1 := strconv.Atoi(lo)
-				b, err2 := strconv.Atoi(hi)
-				if hi == "" {
-					b, err2 = a, nil
+			cpus, err := spmd.ParseCPUList(list)
+			if err != nil || len(cpus) == 0 {
+				t.Fatalf("rank %d: cpus %q is not a cpulist (%v)", rank, list, err)
+			}
+			for _, c := range cpus {
+				if prev, dup := seen[c]; dup {
+					t.Fatalf("CPU %d given to ranks %d and %d (%v)", c, prev, rank, bound)
 				}
-				if err1 != nil || err2 != nil || b < a {
-					t.Fatalf("rank %d: cpus %q is not a cpulist", rank, list)
-				}
-				for c := a; c <= b; c++ {
-					if prev, dup := seen[c]; dup {
-						t.Fatalf("CPU %d given to ranks %d and %d (%v)", c, prev, rank, bound)
-					}
-					seen[c] = rank
-				}
+				seen[c] = rank
 			}
 		}
 		if len(seen) != len(own) {

@@ -11,6 +11,7 @@ import (
 	pio "github.com/prism-hpc/prism/io"
 	"github.com/prism-hpc/prism/report"
 	"github.com/prism-hpc/prism/slurm"
+	"github.com/prism-hpc/prism/spmd"
 )
 
 // CollectHost describes this host and the filesystem under workdir for the
@@ -20,7 +21,7 @@ func CollectHost(workdir string) report.HostInfo {
 		CPUModel:      strings.TrimSpace(cpuid.CPU.BrandName),
 		CPUVendor:     cpuid.CPU.VendorString,
 		PhysicalCores: cpuid.CPU.PhysicalCores,
-		LogicalCores:  runtime.NumCPU(),
+		LogicalCores:  onlineCPUs(),
 		GoVersion:     runtime.Version(),
 		GOMAXPROCS:    runtime.GOMAXPROCS(0),
 		Workdir:       workdir,
@@ -45,8 +46,25 @@ func CollectHost(workdir string) report.HostInfo {
 	if fs, err := pio.StatFS(workdir); err == nil {
 		h.FSType, h.MountPoint, h.MountSource, h.MountOptions = fs.Type, fs.MountPoint, fs.Source, fs.MountOptions
 	}
-	if h.GOMAXPROCS == 1 && h.LogicalCores > 1 {
+	// prism run -n binds on purpose (a block of CPUs per rank, PRISM_CPUS);
+	// the warning is for launchers that bind to one core unasked.
+	if h.GOMAXPROCS == 1 && h.LogicalCores > 1 && os.Getenv(spmd.EnvCPUs) == "" {
 		h.Warnings = append(h.Warnings, "GOMAXPROCS is 1 on a multi-core host: the launcher bound this rank to one core (OpenMPI binds at -np <= 2); use --bind-to none so iodepth and workers can run in parallel")
 	}
 	return h
+}
+
+// onlineCPUs counts the host's online CPUs. runtime.NumCPU counts only the
+// CPUs this process may run on, which for a bound rank is its own block,
+// not the host.
+func onlineCPUs() int {
+	b, err := os.ReadFile("/sys/devices/system/cpu/online")
+	if err != nil {
+		return runtime.NumCPU()
+	}
+	cpus, err := spmd.ParseCPUList(strings.TrimSpace(string(b)))
+	if err != nil || len(cpus) == 0 {
+		return runtime.NumCPU()
+	}
+	return len(cpus)
 }

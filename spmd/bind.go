@@ -1,6 +1,7 @@
 package spmd
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 )
@@ -51,4 +52,28 @@ func CPUList(cpus []int) string {
 		i = j + 1
 	}
 	return b.String()
+}
+
+// ParseCPUList parses a cpulist as CPUList writes it and the kernel prints
+// it (/sys/devices/system/cpu/online): ascending CPU numbers.
+func ParseCPUList(s string) ([]int, error) {
+	var cpus []int
+	if s == "" {
+		return nil, nil
+	}
+	for _, part := range strings.Split(s, ",") {
+		lo, hi, isRange := strings.Cut(part, "-")
+		a, err := strconv.Atoi(lo)
+		z := a
+		if err == nil && isRange {
+			z, err = strconv.Atoi(hi)
+		}
+		if err != nil || a < 0 || z < a || (len(cpus) > 0 && a <= cpus[len(cpus)-1]) {
+			return nil, fmt.Errorf("spmd: bad cpulist %q at %q", s, part)
+		}
+		for c := a; c <= z; c++ {
+			cpus = append(cpus, c)
+		}
+	}
+	return cpus, nil
 }

@@ -54,5 +54,14 @@ func TestCPUList(t *testing.T) {
 		if got := CPUList(tc.cpus); got != tc.want {
 			t.Errorf("CPUList(%v) = %q, want %q", tc.cpus, got, tc.want)
 		}
+		back, err := ParseCPUList(tc.want)
+		if err != nil || fmt.Sprint(back) != fmt.Sprint(tc.cpus) && len(tc.cpus) > 0 {
+			t.Errorf("ParseCPUList(%q) = %v, %v; want %v", tc.want, back, err, tc.cpus)
+		}
+	}
+	for _, bad := range []string{"x", "1-", "3-1", "2,1", "0,0", "-1", "1,,2"} {
+		if got, err := ParseCPUList(bad); err == nil {
+			t.Errorf("ParseCPUList(%q) = %v, want an error", bad, got)
+		}
 	}
 }

@@ -21,6 +21,7 @@ const (
 	EnvSize       = "PRISM_SIZE"       // number of ranks in the job
 	EnvLocalRank  = "PRISM_LOCAL_RANK" // rank among the job's ranks on this host
 	EnvRendezvous = "PRISM_RENDEZVOUS" // the job's rendezvous directory (RendezvousConfig.Dir)
+	EnvCPUs       = "PRISM_CPUS"       // the CPUs Launch bound this rank to (a cpulist); unset if unbound
 )
 
 const defaultGrace = 5 * time.Second
@@ -121,6 +122,7 @@ func Launch(ctx context.Context, cfg LaunchConfig) (exitCode int, err error) {
 		var cpus []int
 		if blocks != nil {
 			cpus = blocks[i]
+			cmd.Env = append(cmd.Env, EnvCPUs+"="+CPUList(cpus))
 		}
 		if err := startBound(cmd, cpus); err != nil {
 			for _, c := range children {
@@ -141,7 +143,7 @@ func withoutRankVars(env []string) []string {
 	for _, kv := range env {
 		name, _, _ := strings.Cut(kv, "=")
 		switch name {
-		case EnvRank, EnvSize, EnvLocalRank, EnvRendezvous:
+		case EnvRank, EnvSize, EnvLocalRank, EnvRendezvous, EnvCPUs:
 			continue
 		}
 		out = append(out, kv)
