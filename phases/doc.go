@@ -10,5 +10,8 @@
 // outside any op's time, or the Go runtime's sysmon takes it for a CPU hog
 // and wakes up every few tens of µs, preempting ranks on a full node. The
 // metadata loops poll their context at those yields, not before every op.
+// With more than one rank, each spins 15 ms (settle) between the aligned
+// start and its clock, so sysmon's burst of polling after the barrier wait
+// is over before anything is timed.
 // Phases never print; they return errors that name the phase, rank and path.
 package phases

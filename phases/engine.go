@@ -554,6 +554,9 @@ func (e *engine) runPhase(ctx context.Context, c spmd.Comm, s *Spec, sweep bool)
 			if failure = spmd.Align(e.coord, c); failure != nil {
 				return nil, failure
 			}
+			if c.Size() > 1 {
+				settle()
+			}
 			t0 := time.Now()
 			runErr := e.step(ctx, c, env, "run", s.Phase.Run)
 			t1 := time.Now()

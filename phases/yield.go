@@ -35,3 +35,32 @@ func (y *yielder) due(now int64) bool {
 // yield is runtime.Gosched; a variable so that a test can make a yield
 // take measurable time.
 var yield = runtime.Gosched
+
+// settleFor is how long a rank keeps its CPU busy between the aligned
+// start of a timed Run and its clock; see settle.
+const settleFor = 15 * time.Millisecond
+
+// settle spins for settleFor, yielding like a timed loop. A rank that
+// waited in a barrier had every P idle, which parks the Go runtime's sysmon;
+// the next syscall wakes it into its fast mode, polling every 20 µs (about
+// 7 wake-ups per ms on the test VM) and backing off over the next 10-15 ms.
+// With a rank bound to each CPU, every wake-up preempts the rank: uprobes on
+// runtime.retake counted 50-90 of them in the first 15 ms of each 2-rank
+// stat Run, and spinning through them first took the 2-rank stat storm
+// from 0.97 to 1.02 of the C floor (8 interleaved runs). Every rank spins
+// the same time, so they stay aligned. A single rank goes from Setup
+// straight to Run without waiting, and does not settle.
+func settle() {
+	var y yielder
+	start := time.Now()
+	y.due(0)
+	for {
+		since := int64(time.Since(start))
+		if since >= int64(settleFor) {
+			return
+		}
+		if y.due(since) {
+			yield()
+		}
+	}
+}

@@ -2,8 +2,11 @@ package phases
 
 import (
 	"context"
+	"runtime"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // The yielder fires at most once per yieldEvery and again as soon as a
@@ -99,4 +102,32 @@ func TestOpClockSeesCancelAtYield(t *testing.T) {
 		}
 		clk.lap()
 	}
+}
+
+// settle keeps the CPU for settleFor: it does not return early, and it
+// spins rather than sleeps (a sleep would park the runtime's sysmon again,
+// which is what settle is there to get past), so the thread running it is
+// on the CPU for most of that time. A loaded machine can take the CPU away
+// for a while, so a short CPU time is tried again before it counts.
+func TestSettleSpins(t *testing.T) {
+	runtime.LockOSThread() // RUSAGE_THREAD is this thread's CPU time
+	defer runtime.UnlockOSThread()
+	cpu := func() time.Duration {
+		var ru unix.Rusage
+		unix.Getrusage(unix.RUSAGE_THREAD, &ru)
+		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	var used, wall time.Duration
+	for try := 0; try < 3; try++ {
+		c0, start := cpu(), time.Now()
+		settle()
+		wall, used = time.Since(start), cpu()-c0
+		if wall < settleFor {
+			t.Fatalf("settle returned after %s, want at least %s", wall, settleFor)
+		}
+		if used >= settleFor/4 {
+			return
+		}
+	}
+	t.Fatalf("settle used %s of CPU over %s (3 tries): it sleeps instead of spinning", used, wall)
 }
