@@ -10,17 +10,15 @@ import (
 // small, fixed-shape summary (the histograms travel separately, as summed
 // count arrays).
 type RankRecord struct {
-	Rank    int     `json:"rank"`
-	Host    string  `json:"host"`
-	Ops     int64   `json:"ops"`
-	Bytes   int64   `json:"bytes"`
-	Errors  int64   `json:"errors"`
-	MaxNs   int64   `json:"max_ns"`
-	Seconds float64 `json:"seconds"`
-	Error   string  `json:"error,omitempty"`
-	// CPUs is the rank's CPU affinity as a cpulist ("0-3"): what the
-	// launcher's binding (prism -n, mpirun --bind-to, srun --cpu-bind) gave.
-	CPUs      string             `json:"cpus,omitempty"`
+	Rank      int                `json:"rank"`
+	Host      string             `json:"host"`
+	Ops       int64              `json:"ops"`
+	Bytes     int64              `json:"bytes"`
+	Errors    int64              `json:"errors"`
+	MaxNs     int64              `json:"max_ns"`
+	Seconds   float64            `json:"seconds"`
+	Error     string             `json:"error,omitempty"`
+	CPUs      string             `json:"cpus,omitempty"` // CPU affinity as a cpulist ("0-3"): the launcher's binding
 	OpsByType map[string]OpCount `json:"ops_by_type,omitempty"`
 	Metrics   map[string]float64 `json:"metrics,omitempty"`
 }

@@ -180,6 +180,7 @@ type benchRankRecord struct {
 	MaxNs     int64                   `json:"max_ns"`
 	Seconds   float64                 `json:"seconds"`
 	Error     string                  `json:"error,omitempty"`
+	CPUs      string                  `json:"cpus,omitempty"`
 	OpsByType map[string]benchOpCount `json:"ops_by_type,omitempty"`
 	Metrics   map[string]float64      `json:"metrics,omitempty"`
 }
@@ -198,7 +199,7 @@ func rankRecords(n int) [][]byte {
 		rec := benchRankRecord{
 			Rank: r, Host: fmt.Sprintf("cn%05d.hpc.example.org", r/64),
 			Ops: 20000 + int64(r%97), Bytes: 4096 * 10000, MaxNs: 3_000_000 + int64(r)*37,
-			Seconds: 0.61234567 + float64(r%1000)/1e4,
+			Seconds: 0.61234567 + float64(r%1000)/1e4, CPUs: fmt.Sprintf("%d-%d", r%64*2, r%64*2+1),
 			OpsByType: map[string]benchOpCount{
 				"open":  {Ops: 10000 + int64(r%97)},
 				"write": {Ops: 10000, Bytes: 4096 * 10000},
