@@ -44,9 +44,11 @@ FUZZTIME ?= 120
 fuzz:
 	.ci/fuzz.sh $(FUZZTIME)
 
+# gofloor is metadata.sh's third side: floor.c's loop as a bare Go program.
 bench: build
 	$(GOENV) $(GO) test $(TAGS) -run '^$$' -bench . -benchmem ./report ./phases ./spmd
-	PRISM_BIN=$(abspath $(BIN)) ./phases/bench/metadata.sh
+	$(GO) build -trimpath -o bin/gofloor ./phases/bench/gofloor
+	PRISM_BIN=$(abspath $(BIN)) GOFLOOR_BIN=$(abspath bin/gofloor) ./phases/bench/metadata.sh
 	PRISM_BIN=$(abspath $(BIN)) ./phases/bench/coord.sh
 	PRISM_BIN=$(abspath $(BIN)) ./phases/bench/checkpoint.sh
 	PRISM_BIN=$(abspath $(BIN)) ./phases/bench/blockio.sh

@@ -38,6 +38,12 @@
 #
 # Environment:
 #   PRISM_BIN  absolute path of the prism binary (required; make sets it)
+#   GOFLOOR_BIN  absolute path of gofloor (phases/bench/gofloor; make
+#              builds it and sets this): floor.c's loop as a bare Go program
+#              that times each op, run as a third side at 1 rank, so the
+#              table shows what any Go loop timing each op reaches on this
+#              machine (go/floor) and what prism adds to it (prism/go).
+#              Unset: no third side.
 #   BENCH_DIR  parent of the scratch directory, or of the XFS image
 #              (default /var/tmp); must be a disk filesystem, not tmpfs
 #   BENCH_FS   xfs (a fresh loop-mounted XFS, the default as root when
@@ -63,6 +69,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 command -v gcc >/dev/null || { echo "metadata.sh: gcc not found (apt-get install gcc)" >&2; exit 1; }
 command -v python3 >/dev/null || { echo "metadata.sh: python3 not found" >&2; exit 1; }
 [[ -x $PRISM_BIN ]] || { echo "metadata.sh: $PRISM_BIN is not executable" >&2; exit 1; }
+[[ -z ${GOFLOOR_BIN:-} || -x $GOFLOOR_BIN ]] || { echo "metadata.sh: GOFLOOR_BIN=$GOFLOOR_BIN is not executable" >&2; exit 1; }
 [[ $COUNT =~ ^[1-9][0-9]*$ && $SIZE =~ ^[0-9]+$ && $ROUNDS =~ ^[1-9][0-9]*$ ]] ||
 	{ echo "metadata.sh: COUNT, SIZE and ROUNDS must be integers (COUNT, ROUNDS >= 1)" >&2; exit 1; }
 
@@ -185,18 +192,24 @@ PY
 	rm -rf -- "${scratch:?}/prism"
 }
 
-run_floor() { # op ranks round
-	local op=$1 n=$2 r=$3 dir line i rate
+run_floor() { # op ranks round [side: floor (floor.c) or go (gofloor, 1 rank)]
+	local op=$1 n=$2 r=$3 side=${4:-floor} dir line i rate cmd
+	cmd=("$work/floor")
+	[[ $side == go ]] && cmd=("$GOFLOOR_BIN")
 	# The depth of prism's <workdir>/prism-<id>/01-<kind>/r<rank>/..., and a
 	# fresh directory per measurement, as prism's run directory is.
 	dir="$scratch/floor/prism-floor-n$n/01-${kind[$op]}"
 	mkdir -p "$dir"
 	for i in 0 1 2 3; do # warm-up, then 3 measured, in one directory
-		line=$("$work/floor" "$op" "$dir" "$COUNT" "${size[$op]}" "$n")
+		if [[ $side == go ]]; then
+			line=$("${cmd[@]}" "$op" "$dir" "$COUNT" "${size[$op]}")
+		else
+			line=$("${cmd[@]}" "$op" "$dir" "$COUNT" "${size[$op]}" "$n")
+		fi
 		((i == 0)) && continue
 		rate=$(sed -n 's/.*ops_per_sec=\([0-9.]*\).*/\1/p' <<<"$line")
-		[[ -n $rate ]] || { echo "metadata.sh: unexpected floor output: $line" >&2; exit 1; }
-		printf 'floor\t%s\t%s\t%s\t%s\n' "$op" "$n" "$r" "$rate" >>"$samples"
+		[[ -n $rate ]] || { echo "metadata.sh: unexpected $side output: $line" >&2; exit 1; }
+		printf '%s\t%s\t%s\t%s\t%s\n' "$side" "$op" "$n" "$r" "$rate" >>"$samples"
 	done
 	rm -rf -- "${scratch:?}/floor"
 }
@@ -211,7 +224,9 @@ for ((r = 0; r < ROUNDS; r++)); do
 			if ((r % 2 == 0)); then
 				run_prism "$op" "$n" "$r"
 				run_floor "$op" "$n" "$r"
+				((n > 1)) || [[ -z ${GOFLOOR_BIN:-} ]] || run_floor "$op" "$n" "$r" go
 			else
+				((n > 1)) || [[ -z ${GOFLOOR_BIN:-} ]] || run_floor "$op" "$n" "$r" go
 				run_floor "$op" "$n" "$r"
 				run_prism "$op" "$n" "$r"
 			fi
@@ -233,15 +248,18 @@ for line in open(path):
     rounds[side, op, int(n), int(r)].append(float(v))
 def cell(v):
     return f"{statistics.median(v):8.0f} [{min(v):.0f}-{max(v):.0f}]"
-def paired(op, n):
+def paired(op, n, a="prism", b="floor"):
     rs = sorted({r for (_, o, k, r) in rounds if o == op and k == n})
-    ratios = [statistics.median(rounds["prism", op, n, r]) / statistics.median(rounds["floor", op, n, r])
-              for r in rs if rounds.get(("prism", op, n, r)) and rounds.get(("floor", op, n, r))]
-    return statistics.median(ratios), ratios
+    ratios = [statistics.median(rounds[a, op, n, r]) / statistics.median(rounds[b, op, n, r])
+              for r in rs if rounds.get((a, op, n, r)) and rounds.get((b, op, n, r))]
+    return (statistics.median(ratios) if ratios else None), ratios
+def opt(x):
+    return f"{x:6.3f}" if x is not None else f"{'-':>6}"
 print()
 print("ops/s: median of the measured iterations [min-max]; ratio = prism/floor of the medians;")
-print("paired = median over rounds of (prism median / floor median) within the round (the verdict); best = of maxima")
-print(f"{'op':<7} {'ranks':>5}  {'prism ops/s':<26} {'floor ops/s':<26} {'ratio':>6} {'paired':>6} {'best':>6}  per round")
+print("paired = median over rounds of (prism median / floor median) within the round (the verdict); best = of maxima;")
+print("go/floor, prism/go: paired, against gofloor (floor.c's loop in Go, timing each op; 1 rank, with GOFLOOR_BIN)")
+print(f"{'op':<7} {'ranks':>5}  {'prism ops/s':<26} {'floor ops/s':<26} {'ratio':>6} {'paired':>6} {'best':>6} {'go/fl':>6} {'pr/go':>6}  per round")
 below = 0
 for op in ("create", "stat", "rename", "unlink"):
     for n in (1, 2):
@@ -250,10 +268,12 @@ for op in ("create", "stat", "rename", "unlink"):
             continue
         ratio = statistics.median(p) / statistics.median(f)
         pr, each = paired(op, n)
+        gf, _ = paired(op, n, "go", "floor")
+        pg, _ = paired(op, n, "prism", "go")
         best = max(p) / max(f)
         flag = "" if pr >= target else f"  < {target}"
         below += pr < target
-        print(f"{op:<7} {n:>5}  {cell(p):<26} {cell(f):<26} {ratio:6.3f} {pr:6.3f} {best:6.3f}  {' '.join(f'{x:.2f}' for x in each)}{flag}")
+        print(f"{op:<7} {n:>5}  {cell(p):<26} {cell(f):<26} {ratio:6.3f} {pr:6.3f} {best:6.3f} {opt(gf)} {opt(pg)}  {' '.join(f'{x:.2f}' for x in each)}{flag}")
 if sys.argv[4] and any(op == "create" for _, op, _ in s):
     print(f"\nnote: {sys.argv[4]}")
 if below:
