@@ -550,6 +550,7 @@ func (e *engine) runPhase(ctx context.Context, c spmd.Comm, s *Spec, sweep bool)
 			failure = e.agree(c, derr, "drop caches")
 		}
 		if failure == nil {
+			quiesceHeap()
 			// Aligned, so that no rank starts its Run a poll period late.
 			if failure = spmd.Align(e.coord, c); failure != nil {
 				return nil, failure
