@@ -12,6 +12,8 @@
 // metadata loops poll their context at those yields, not before every op.
 // With more than one rank, each spins 15 ms (settle) between the aligned
 // start and its clock, so sysmon's burst of polling after the barrier wait
-// is over before anything is timed.
+// is over before anything is timed. Before the aligned start every rank
+// returns its free heap to the OS (quiesceHeap), so the runtime's
+// scavenger does not madvise Setup's garbage away during the Run.
 // Phases never print; they return errors that name the phase, rank and path.
 package phases

@@ -237,7 +237,7 @@ done
 
 [[ -z ${SAMPLES:-} ]] || cat "$samples" >>"$SAMPLES"
 python3 - "$samples" "$TARGET" "${STRICT:-0}" "$fsnote" <<'PY'
-import statistics, sys
+import random, statistics, sys
 from collections import defaultdict
 path, target, strict = sys.argv[1], float(sys.argv[2]), sys.argv[3] == "1"
 s = defaultdict(list)
@@ -253,13 +253,22 @@ def paired(op, n, a="prism", b="floor"):
     ratios = [statistics.median(rounds[a, op, n, r]) / statistics.median(rounds[b, op, n, r])
               for r in rs if rounds.get((a, op, n, r)) and rounds.get((b, op, n, r))]
     return (statistics.median(ratios) if ratios else None), ratios
+def interval(ratios, n=2000):
+    # 90% bootstrap interval of the median of the per-round ratios,
+    # resampling rounds: how far the verdict could move with other rounds.
+    if len(ratios) < 4:
+        return "      -      "
+    rng = random.Random(1)
+    ms = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(n))
+    return f"[{ms[n // 20]:.2f}-{ms[n - 1 - n // 20]:.2f}]"
 def opt(x):
     return f"{x:6.3f}" if x is not None else f"{'-':>6}"
 print()
 print("ops/s: median of the measured iterations [min-max]; ratio = prism/floor of the medians;")
-print("paired = median over rounds of (prism median / floor median) within the round (the verdict); best = of maxima;")
+print("paired = median over rounds of (prism median / floor median) within the round (the verdict), with its 90%")
+print("bootstrap interval over rounds (4 or more rounds); best = of maxima;")
 print("go/floor, prism/go: paired, against gofloor (floor.c's loop in Go, timing each op; 1 rank, with GOFLOOR_BIN)")
-print(f"{'op':<7} {'ranks':>5}  {'prism ops/s':<26} {'floor ops/s':<26} {'ratio':>6} {'paired':>6} {'best':>6} {'go/fl':>6} {'pr/go':>6}  per round")
+print(f"{'op':<7} {'ranks':>5}  {'prism ops/s':<26} {'floor ops/s':<26} {'ratio':>6} {'paired':>6} {'90% CI':<11} {'best':>6} {'go/fl':>6} {'pr/go':>6}  per round")
 below = 0
 for op in ("create", "stat", "rename", "unlink"):
     for n in (1, 2):
@@ -273,7 +282,7 @@ for op in ("create", "stat", "rename", "unlink"):
         best = max(p) / max(f)
         flag = "" if pr >= target else f"  < {target}"
         below += pr < target
-        print(f"{op:<7} {n:>5}  {cell(p):<26} {cell(f):<26} {ratio:6.3f} {pr:6.3f} {best:6.3f} {opt(gf)} {opt(pg)}  {' '.join(f'{x:.2f}' for x in each)}{flag}")
+        print(f"{op:<7} {n:>5}  {cell(p):<26} {cell(f):<26} {ratio:6.3f} {pr:6.3f} {interval(each):<11} {best:6.3f} {opt(gf)} {opt(pg)}  {' '.join(f'{x:.2f}' for x in each)}{flag}")
 if sys.argv[4] and any(op == "create" for _, op, _ in s):
     print(f"\nnote: {sys.argv[4]}")
 if below:
