@@ -50,9 +50,10 @@
 #              mkfs.xfs exists) or dir (BENCH_DIR's own filesystem)
 #   COUNT      files per rank (default 20000)
 #   SIZE       bytes written per created file (default 4096)
-#   ROUNDS     repetitions of the whole comparison (default 3: one round's
-#              paired ratio swings by +-0.1 on a VM, so the verdict is a
-#              median over rounds; use 5 or more on a shared machine)
+#   ROUNDS     repetitions of the whole comparison (default 5: one round's
+#              paired ratio swings by up to +-0.2 on a VM, so the verdict is
+#              a median over rounds, printed with a 90% bootstrap interval
+#              from 4 rounds on; use 10 or more to judge a +-0.02 effect)
 #   OPS        which ops to compare (default "create stat rename unlink")
 #   SAMPLES    file to append the raw samples to (side op ranks round ops/s)
 #   STRICT=1   exit 1 when a median ratio is below the target
@@ -61,7 +62,7 @@ set -euo pipefail
 : "${PRISM_BIN:?set PRISM_BIN to the absolute path of bin/prism}"
 COUNT=${COUNT:-20000}
 SIZE=${SIZE:-4096}
-ROUNDS=${ROUNDS:-3}
+ROUNDS=${ROUNDS:-5}
 BENCH_DIR=${BENCH_DIR:-/var/tmp}
 TARGET=0.95
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
