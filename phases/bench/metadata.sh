@@ -195,18 +195,14 @@ PY
 
 run_floor() { # op ranks round [side: floor (floor.c) or go (gofloor, 1 rank)]
 	local op=$1 n=$2 r=$3 side=${4:-floor} dir line i rate cmd
-	cmd=("$work/floor")
-	[[ $side == go ]] && cmd=("$GOFLOOR_BIN")
 	# The depth of prism's <workdir>/prism-<id>/01-<kind>/r<rank>/..., and a
 	# fresh directory per measurement, as prism's run directory is.
 	dir="$scratch/floor/prism-floor-n$n/01-${kind[$op]}"
+	cmd=("$work/floor" "$op" "$dir" "$COUNT" "${size[$op]}" "$n")
+	[[ $side == go ]] && cmd=("$GOFLOOR_BIN" "$op" "$dir" "$COUNT" "${size[$op]}") # one worker
 	mkdir -p "$dir"
 	for i in 0 1 2 3; do # warm-up, then 3 measured, in one directory
-		if [[ $side == go ]]; then
-			line=$("${cmd[@]}" "$op" "$dir" "$COUNT" "${size[$op]}")
-		else
-			line=$("${cmd[@]}" "$op" "$dir" "$COUNT" "${size[$op]}" "$n")
-		fi
+		line=$("${cmd[@]}")
 		((i == 0)) && continue
 		rate=$(sed -n 's/.*ops_per_sec=\([0-9.]*\).*/\1/p' <<<"$line")
 		[[ -n $rate ]] || { echo "metadata.sh: unexpected $side output: $line" >&2; exit 1; }
