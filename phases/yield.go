@@ -73,8 +73,9 @@ func settle() {
 // 20,000 paths every iteration), the scavenger madvises the excess away in
 // the middle of the Run: on the test VM, 30 madvise calls and 63 TLB
 // flushes landed inside one of four 20,000-op unlink Runs, and none with
-// this. A Run that allocates faults in fresh pages instead of reusing
-// freed ones, which prism's Runs, preallocated in Setup, do not do. It
+// this. The price: what a Run allocates comes from fresh pages, faulted
+// in, rather than from freed ones; prism's Runs make their buffers in
+// Setup and allocate only small per-epoch or per-command records. It also
 // costs a full collection per iteration, outside the timed window, before
 // the ranks align.
 func quiesceHeap() { debug.FreeOSMemory() }
