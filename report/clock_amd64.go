@@ -1,0 +1,4 @@
+package report
+
+// rdtsc reads the time-stamp counter (clock_amd64.s).
+func rdtsc() int64

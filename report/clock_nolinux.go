@@ -1,0 +1,7 @@
+//go:build !linux
+
+package report
+
+func tscUsable() string { return "not Linux" }
+
+func checkTSC() string { return "" }
