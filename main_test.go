@@ -156,6 +156,17 @@ func TestRunFourRanks(t *testing.T) {
 	if m.Status != "passed" || m.Comm.Kind != "rendezvous" || m.Comm.Ranks != 4 || m.Comm.RankSource != "PRISM_RANK" {
 		t.Fatalf("status %s comm %+v", m.Status, m.Comm)
 	}
+	// Every rank reads the same kind of op clock, and the manifest says which
+	// and why; a TSC that parted from the OS clock by 0.1% would be wrong.
+	switch c := m.Clock; {
+	case c.Source == "tsc" && c.TicksPerSec > 0 && c.DriftPPM > -1000 && c.DriftPPM < 1000 && c.Reason != "":
+	case c.Source == "os" && strings.HasPrefix(c.Reason, "TSC not used: "):
+	default:
+		t.Errorf("clock %+v", c)
+	}
+	if !strings.Contains(r.stdout, "op clock "+m.Clock.Source) {
+		t.Errorf("the summary does not name the op clock:\n%s", r.stdout)
+	}
 	want := map[string]map[string]int64{
 		"create_files": {"create": 4 * 40 * 2},
 		"list_files":   {"readdir": 4, "stat": 4 * 4 * 30},
@@ -214,6 +225,24 @@ func TestRunFourRanks(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(sentinel); string(b) != "mine" {
 		t.Error("sentinel file changed")
+	}
+}
+
+// [plan] clock = "os" puts every rank on the OS clock, and the manifest
+// says the plan asked for it.
+func TestPlanChoosesOSClock(t *testing.T) {
+	dir := t.TempDir()
+	plan := writePlan(t, dir, "[plan]\nclock = \"os\"\ndrop_caches = \"none\"\n[[phase]]\nkind = \"delete_files\"\ncount = 50\n")
+	r := prism(t, dir, "run", "-n", "2", plan, "--workdir", dir, "--results", filepath.Join(dir, "res"))
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	m := loadManifest(t, r)
+	if m.Clock.Source != "os" || m.Clock.TicksPerSec != 0 || !strings.Contains(m.Clock.Reason, "plan asks") {
+		t.Fatalf("clock %+v", m.Clock)
+	}
+	if ph := m.Phases[0]; ph.OpsByType["unlink"].Ops != 100 || ph.OpsByType["unlink"].Latency.P50 <= 0 {
+		t.Fatalf("unlink on the OS clock: %+v", ph.OpsByType["unlink"])
 	}
 }
 

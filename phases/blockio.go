@@ -682,7 +682,7 @@ func bioPoolStream(rank int) uint64 { return uint64(rank)<<24 | 0xffffff }
 func (p *blockIO) Run(ctx context.Context, env *Env) error {
 	stop := context.AfterFunc(ctx, func() { p.stop.Store(true) })
 	defer stop()
-	t0 := time.Now()
+	start, t0 := time.Now(), report.Ticks()
 	var wg sync.WaitGroup
 	for _, job := range p.jobs {
 		job.next.Store(0)
@@ -698,7 +698,7 @@ func (p *blockIO) Run(ctx context.Context, env *Env) error {
 		}
 	}
 	wg.Wait()
-	p.ran = time.Since(t0)
+	p.ran = time.Since(start)
 	var issued, ramped, recorded int64
 	var first *bioWorker
 	for _, job := range p.jobs {
@@ -745,15 +745,15 @@ func bioTotals(jobs []*bioJob) (ops, bytes, errs, maxNs int64) {
 // loop is the hot path. Between two clock reads there is only the
 // syscall and, charged to the next op, the recording and the offset
 // arithmetic: no allocation, lock or channel. One monotonic clock read per
-// op: an op's end is the next op's start.
-func (w *bioWorker) loop(p *blockIO, t0 time.Time) {
+// op (report.Ticks, the op clock): an op's end is the next op's start.
+func (w *bioWorker) loop(p *blockIO, t0 int64) {
 	j := w.job
 	bs := j.bs
 	buf := w.buf
 	pool := p.pool
 	defer w.finish(p)
-	prev := int64(time.Since(t0))
-	w.y.due(prev)
+	prev := report.Ticks()
+	w.y.due(report.TickNs(prev - t0))
 	for !p.stop.Load() {
 		i := j.next.Add(1) - 1
 		if !j.timeBased && i >= j.total {
@@ -784,17 +784,18 @@ func (w *bioWorker) loop(p *blockIO, t0 time.Time) {
 			rec = w.wr
 		}
 		// In flight for the stall watchdog, without a second clock read.
-		rec.BeginAt(&j.paths[file], t0.Add(time.Duration(prev)))
+		rec.BeginAt(&j.paths[file], prev)
 		if read {
 			n, err = pio.PreadFull(fd, buf, off)
 		} else {
 			b := (j.poolStart + file*j.ppf + q) % p.poolBlocks * bs
 			n, err = pio.PwriteFull(fd, pool[b:b+bs], off)
 		}
-		now := int64(time.Since(t0))
+		now := report.Ticks()
+		since := report.TickNs(now - t0)
 		w.issued++
-		if now >= j.ramp {
-			rec.ObserveNs(now-prev, int64(n), err)
+		if since >= j.ramp {
+			rec.ObserveNs(report.TickNs(now-prev), int64(n), err)
 		} else {
 			w.ramped++
 		}
@@ -806,9 +807,10 @@ func (w *bioWorker) loop(p *blockIO, t0 time.Time) {
 		w.byts += int64(n)
 		if !read && j.syncN > 0 && j.writesDone.Add(1)%j.syncN == 0 {
 			err = pio.Sync(fd, j.syncMode)
-			now = int64(time.Since(t0))
-			if now >= j.ramp {
-				w.sy.ObserveNs(now-prev, 0, err)
+			now = report.Ticks()
+			since = report.TickNs(now - t0)
+			if since >= j.ramp {
+				w.sy.ObserveNs(report.TickNs(now-prev), 0, err)
 			}
 			prev = now
 			if err != nil {
@@ -816,13 +818,13 @@ func (w *bioWorker) loop(p *blockIO, t0 time.Time) {
 				return
 			}
 		}
-		if now >= j.deadline {
+		if since >= j.deadline {
 			p.deadlineHit.Store(true)
 			return
 		}
-		if w.y.due(now) {
+		if w.y.due(since) {
 			yield()
-			prev = int64(time.Since(t0))
+			prev = report.Ticks()
 		}
 	}
 }

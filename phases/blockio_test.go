@@ -667,7 +667,7 @@ func TestBlockIOHotLoopAllocatesNothing(t *testing.T) {
 		allocs := testing.AllocsPerRun(3, func() {
 			p.jobs[0].next.Store(0)
 			p.jobs[0].live.Store(1)
-			w.loop(p, time.Now())
+			w.loop(p, report.Ticks())
 		})
 		p.Teardown(ctx, env)
 		if allocs != 0 {
@@ -715,7 +715,7 @@ func BenchmarkBlockIOLoop(b *testing.B) {
 			b.SetBytes(4096)
 			cpu := cpuNs()
 			b.ResetTimer()
-			job.workers[0].loop(p, time.Now())
+			job.workers[0].loop(p, report.Ticks())
 			b.StopTimer()
 			// CPU time per op is what a loaded machine distorts least.
 			b.ReportMetric(float64(cpuNs()-cpu)/float64(b.N), "cpu-ns/op")

@@ -126,6 +126,9 @@ func (e *engine) execute(ctx context.Context) (*Outcome, error) {
 			}
 		}
 	}
+	if err := e.initClock(); err != nil {
+		return nil, err
+	}
 	workdir := firstNonEmpty(e.o.Workdir, p.Header.Workdir, ".")
 	workdir, err := filepath.Abs(workdir)
 	if err != nil {
@@ -199,6 +202,8 @@ func (e *engine) execute(ctx context.Context) (*Outcome, error) {
 			m.Error = coordErr.Error()
 		}
 		m.FinishedAt = e.o.Now()
+		m.Clock = report.Clock()
+		m.Clock.DriftPPM = report.ClockDrift()
 		for _, ph := range m.Phases {
 			for _, v := range ph.Expect {
 				if !v.Passed {
@@ -342,6 +347,33 @@ func (e *engine) agree(c spmd.Comm, local error, what string) error {
 		return &peerError{rank: c.Size() - int(v[0]), what: what}
 	}
 	return nil
+}
+
+// errOwnClock marks a rank that fell back to the OS clock on its own.
+var errOwnClock = errors.New("no usable TSC on this rank")
+
+// initClock chooses the op clock (report.InitClock) on every rank, and the
+// same source on all, so that every rank's latencies come from the same
+// kind of clock: in auto mode, one rank without a usable TSC puts every
+// rank on the OS clock; with clock = "tsc" it fails the run on every rank.
+func (e *engine) initClock() error {
+	mode := e.o.Plan.Header.Clock
+	info, err := report.InitClock(mode)
+	if err != nil {
+		err = fmt.Errorf("rank %d: %s: [plan] clock = %q: %w", e.comm.Rank(), e.o.Plan.File, mode, err)
+	} else if info.Source != "tsc" && mode != "os" {
+		err = errOwnClock
+	}
+	agreed := e.agree(e.comm, err, "use its TSC as the op clock")
+	var peer *peerError
+	switch {
+	case agreed == nil || agreed == errOwnClock:
+		return nil
+	case mode == "auto" && errors.As(agreed, &peer):
+		report.UseOSClock(fmt.Sprintf("TSC not used: rank %d could not use its own", peer.rank))
+		return nil
+	}
+	return agreed
 }
 
 // peerError is how a rank learns that another rank failed a step.
@@ -908,7 +940,7 @@ func planRecord(p *Plan) any {
 	}
 	return map[string]any{
 		"file": p.File, "name": p.Header.Name, "workdir": p.Header.Workdir, "results": p.Header.Results,
-		"drop_caches": p.Header.DropCaches, "keep": p.Header.Keep, "phases": phases, "source": string(p.Source),
+		"drop_caches": p.Header.DropCaches, "clock": p.Header.Clock, "keep": p.Header.Keep, "phases": phases, "source": string(p.Source),
 	}
 }
 

@@ -5,11 +5,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"time"
 
 	"golang.org/x/sys/unix"
 
 	pio "github.com/prism-hpc/prism/io"
+	"github.com/prism-hpc/prism/report"
 )
 
 // The metadata family (PRISM §3.1.2): storms of create, readdir+stat,
@@ -104,9 +104,10 @@ func createOne(p pio.Path, buf []byte) (int, error) {
 // the next op's start (report.Recorder.BeginAt), so an op's latency also
 // carries the few tens of ns of bookkeeping between two syscalls, and the
 // latencies of a loop add up to its wall time, but for the yields (see
-// yielder), which are charged to no op. Begin + Observe read the clock three
-// times per op (time.Now is a wall and a monotonic read), a few percent of
-// a 3 µs stat where a clock read costs ~35 ns, as on a VM.
+// yielder), which are charged to no op. It reads the op clock
+// (report.Ticks): the TSC where it can be trusted, because a Go read of
+// the OS clock costs a loop of 10 µs unlinks ~4% on a kernel that flushes
+// the TLB at every syscall (see report/clock.go).
 //
 // The loop's context is polled at the yields too, not before every op: a
 // cancelled loop still stops within yieldEvery plus one op, and the op
@@ -115,36 +116,35 @@ func createOne(p pio.Path, buf []byte) (int, error) {
 // line and page the loop touches between two syscalls costs a refill, so
 // the fewer it touches, the closer it runs to a bare C loop.
 type opClock struct {
-	base, last time.Time
+	base, last int64 // report.Ticks readings: the loop's start, the last op's end
 	y          yielder
 	done       <-chan struct{}
 	stop       bool // the context was found done at a yield
 }
 
 func newOpClock(ctx context.Context) opClock {
-	t := time.Now()
+	t := report.Ticks()
 	c := opClock{base: t, last: t, done: ctx.Done(), stop: ctx.Err() != nil}
 	c.y.due(0)
 	return c
 }
 
-// lap reads the monotonic clock once and returns the ns since the last lap
-// (or since newOpClock); last becomes the next op's start.
+// lap reads the op clock once and returns the ns since the last lap (or
+// since newOpClock); last becomes the next op's start.
 func (c *opClock) lap() int64 {
-	since := time.Since(c.base)
-	t := c.base.Add(since)
-	d := t.Sub(c.last)
+	t := report.Ticks()
+	d := report.TickNs(t - c.last)
 	c.last = t
-	if c.y.due(int64(since)) {
+	if c.y.due(report.TickNs(t - c.base)) {
 		yield()
 		select {
 		case <-c.done:
 			c.stop = true
 		default:
 		}
-		c.last = c.base.Add(time.Since(c.base))
+		c.last = report.Ticks()
 	}
-	return int64(d)
+	return d
 }
 
 // populate creates every file untimed (Setup of list, move and delete).

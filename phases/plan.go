@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	"github.com/BurntSushi/toml"
+
+	"github.com/prism-hpc/prism/report"
 )
 
 // Plan is a decoded, validated plan.
@@ -28,6 +30,7 @@ type Header struct {
 	Results    string `toml:"results" doc:"where manifests go"`
 	DropCaches string `toml:"drop_caches" doc:"auto | root | fadvise | none: cache policy between setup and the timed run"`
 	Keep       bool   `toml:"keep" doc:"leave the run directory in place after the run"`
+	Clock      string `toml:"clock" doc:"auto | tsc | os: the clock timed loops read between ops (auto: the CPU's TSC when it is invariant and in step on every CPU, as fio does; else the OS clock)"`
 	Rendezvous string `toml:"rendezvous" doc:"shared directory for rank coordination without MPI (or PRISM_RENDEZVOUS)"`
 	// CoordinationTimeout bounds every wait for other ranks.
 	CoordinationTimeout Duration `toml:"coordination_timeout" doc:"longest wait for another rank at a barrier before failing"`
@@ -188,7 +191,7 @@ func DecodePlan(reg *Registry, file string, src []byte) (*Plan, error) {
 		}
 		return nil, &PlanError{File: file, Msg: err.Error()}
 	}
-	p := &Plan{File: file, Source: src, Header: Header{Results: "results", DropCaches: "auto", CoordinationTimeout: Duration(defaultCoordinationTimeout), StallAfter: Duration(defaultStallAfter)}}
+	p := &Plan{File: file, Source: src, Header: Header{Results: "results", DropCaches: "auto", Clock: "auto", CoordinationTimeout: Duration(defaultCoordinationTimeout), StallAfter: Duration(defaultStallAfter)}}
 	for key := range raw {
 		if key != "plan" && key != "phase" {
 			line, col := loc.find(-1, "", key)
@@ -207,6 +210,10 @@ func DecodePlan(reg *Registry, file string, src []byte) (*Plan, error) {
 		if !contains(cachePolicies, p.Header.DropCaches) {
 			line, col := loc.find(-1, "plan", "drop_caches")
 			return nil, &PlanError{File: file, Line: line, Col: col, Key: "plan.drop_caches", Msg: fmt.Sprintf("unknown policy %q (allowed: %s)", p.Header.DropCaches, strings.Join(cachePolicies, ", "))}
+		}
+		if !contains(report.ClockModes, p.Header.Clock) {
+			line, col := loc.find(-1, "plan", "clock")
+			return nil, &PlanError{File: file, Line: line, Col: col, Key: "plan.clock", Msg: fmt.Sprintf("unknown clock %q (allowed: %s)", p.Header.Clock, strings.Join(report.ClockModes, ", "))}
 		}
 	}
 	if p.Header.Name == "" {

@@ -76,6 +76,7 @@ func TestPlanErrors(t *testing.T) {
 		{"bad duration", "[[phase]]\nkind = \"create_files\"\n[phase.expect]\np99 = \"5\"\n", []string{"bad.toml:4:1", "expect.p99", "needs a unit"}},
 		{"unknown expect key", "[[phase]]\nkind = \"create_files\"\n[phase.expect]\np95 = \"5s\"\n", []string{"expect.p95", "allowed:", "p99"}},
 		{"bad policy", "[plan]\ndrop_caches = \"always\"\n[[phase]]\nkind = \"create_files\"\n", []string{"bad.toml:2:1", "drop_caches", "auto, root, fadvise, none"}},
+		{"bad clock", "[plan]\nname = \"x\"\nclock = \"rdtsc\"\n[[phase]]\nkind = \"create_files\"\n", []string{"bad.toml:3:1", "plan.clock", "auto, tsc, os"}},
 		{"bad iterations", "[[phase]]\nkind = \"create_files\"\niterations = 0\n", []string{"bad.toml:3:1", "iterations"}},
 		{"decreasing sweep", "[[phase]]\nkind = \"create_files\"\nranks = [4, 2]\n", []string{"bad.toml:3:1", "ranks", "increase"}},
 		{"duplicate names", "[[phase]]\nkind = \"create_files\"\nname = \"a\"\n[[phase]]\nkind = \"list_files\"\nname = \"a\"\n", []string{"bad.toml:4", "same name"}},

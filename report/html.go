@@ -581,6 +581,7 @@ nav a { margin-right: 10px; }
 <tr><td>workdir</td>{{range .Runs}}<td>{{.M.Host.Workdir}}</td>{{end}}</tr>
 <tr><td>host</td>{{range .Runs}}<td>{{.M.Host.Hostname}}: {{.M.Host.CPUModel}}, {{.M.Host.LogicalCores}} logical cores, {{.Memory}}</td>{{end}}</tr>
 <tr><td>kernel</td>{{range .Runs}}<td>{{.M.Host.Kernel}}</td>{{end}}</tr>
+<tr><td>op clock</td>{{range .Runs}}<td>{{or .M.Clock.Source "-"}}{{with .M.Clock.Reason}} <span class="note">{{.}}</span>{{end}}</td>{{end}}</tr>
 <tr><td>MPI / Slurm</td>{{range .Runs}}<td>{{or .M.Host.MPILibrary "-"}} / {{or .M.Host.SlurmJobID "-"}}{{with .M.Host.SlurmNodeList}} ({{.}}){{end}}</td>{{end}}</tr>
 {{- $warn := false}}{{range .Runs}}{{if .M.Host.Warnings}}{{$warn = true}}{{end}}{{end}}
 {{- if $warn}}

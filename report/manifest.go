@@ -36,6 +36,7 @@ type Manifest struct {
 	FinishedAt    time.Time     `json:"finished_at"`
 	Comm          CommInfo      `json:"comm"`
 	Host          HostInfo      `json:"host"`
+	Clock         ClockInfo     `json:"clock"`
 	RunDir        string        `json:"run_dir"`
 	Kept          bool          `json:"kept"`
 	Plan          any           `json:"plan"`

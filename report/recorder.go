@@ -86,13 +86,14 @@ func (r *Recorder) Begin() time.Time {
 	return t
 }
 
-// BeginAt marks an op in flight that started at t, for loops that already
-// read the clock (one read per op: an op's end is the next op's start).
-func (r *Recorder) BeginAt(target *string, t time.Time) {
+// BeginAt marks an op in flight that started at t, a Ticks reading, for
+// loops that already read the op clock (one read per op: an op's end is the
+// next op's start).
+func (r *Recorder) BeginAt(target *string, t int64) {
 	if target != nil && r.live.target.Load() != target { // a loop over one file or directory stores it once
 		r.live.target.Store(target)
 	}
-	r.live.inflight.Store(int64(t.Sub(epoch)) + 1)
+	r.live.inflight.Store(TicksEpochNs(t) + 1)
 }
 
 // BeginOn is Begin for an op on a named file, so a stall report can name

@@ -25,6 +25,9 @@ func WriteSummary(w io.Writer, m *Manifest) error {
 	}
 	fmt.Fprintf(w, "comm %s (%d ranks on %d hosts, rank from %s)  host %s  %s\n",
 		m.Comm.Kind, m.Comm.Ranks, m.Comm.Hosts, m.Comm.RankSource, m.Host.Hostname, m.Host.CPUModel)
+	if m.Clock.Source != "" {
+		fmt.Fprintf(w, "op clock %s  %s\n", m.Clock.Source, m.Clock.Reason)
+	}
 	fmt.Fprintf(w, "workdir %s (%s, %s)\n\n", m.Host.Workdir, m.Host.FSType, m.Host.MountOptions)
 
 	t := newTable("lllrrrrrrrrrrl", "phase", "kind", "status", "ranks", "ops", "bytes", "wall", "MiB/s", "ops/s", "mean", "p50", "p99", "max", "cache")
