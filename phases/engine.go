@@ -360,7 +360,7 @@ func (e *engine) initClock() error {
 	mode := e.o.Plan.Header.Clock
 	info, err := report.InitClock(mode)
 	if err != nil {
-		err = fmt.Errorf("rank %d: %s: [plan] clock = %q: %w", e.comm.Rank(), e.o.Plan.File, mode, err)
+		err = fmt.Errorf("%s: [plan] clock = %q: %w", e.o.Plan.File, mode, err)
 	} else if info.Source != "tsc" && mode != "os" {
 		err = errOwnClock
 	}

@@ -127,8 +127,8 @@ var tscTestSkew = func(cpu int) int64 { return 0 }
 var ErrNoTSC = errors.New("the TSC cannot be used as the op clock")
 
 // InitClock chooses the op clock for mode ("auto", "tsc" or "os"). It must
-// run before any timed loop and at most once per process; it takes about
-// calibrateFor. "auto" falls back to the OS clock with the reason recorded;
+// run before any timed loop starts (a later call calibrates afresh); it
+// takes about calibrateFor plus the walk over the allowed CPUs. "auto" falls back to the OS clock with the reason recorded;
 // "tsc" fails with ErrNoTSC instead.
 func InitClock(mode string) (ClockInfo, error) {
 	opClk.tsc = false
@@ -154,10 +154,10 @@ func InitClock(mode string) (ClockInfo, error) {
 		}
 	}
 	if why != "" {
+		opClk.info = ClockInfo{Source: "os", Reason: "TSC not used: " + why}
 		if mode == "tsc" {
 			return ClockInfo{}, fmt.Errorf("%w: %s", ErrNoTSC, why)
 		}
-		opClk.info = ClockInfo{Source: "os", Reason: "TSC not used: " + why}
 		return opClk.info, nil
 	}
 	opClk.info = ClockInfo{Source: "tsc", TicksPerSec: hz, Reason: "invariant TSC, calibrated against the OS clock and in step on every allowed CPU"}
