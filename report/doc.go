@@ -20,6 +20,11 @@
 // every two syscalls, which matters where the kernel flushes the TLB on each
 // syscall (page-table isolation without PCID).
 //
+// Timed loops read the op clock (Ticks, TickNs; see clock.go): the CPU's
+// time-stamp counter where InitClock finds it invariant, calibrated and in
+// step on every allowed CPU, as fio's clocksource=cpu; else the OS
+// monotonic clock. The manifest's clock key says which, and why.
+//
 // report must not import phases or spmd: it is handed numbers and bytes, and
 // writes to the io.Writer or path it is given.
 package report
