@@ -27,7 +27,7 @@ func writeList(w io.Writer, reg *phases.Registry) {
 			fmt.Fprintf(tw, "    %s\t%s\t%s\t%s\n", p.Key, p.Type, p.Default, p.Doc)
 		}
 	}
-	section("[plan] keys", phases.Params(&phases.Header{Results: "results", DropCaches: "auto"}))
+	section("[plan] keys", func() []phases.Param { h := phases.DefaultHeader(); return phases.Params(&h) }())
 	fmt.Fprintln(tw)
 	section("keys of every [[phase]]", phases.Params(&phases.Common{Iterations: 1}))
 	section("  [phase.expect] keys", phases.Params(&phases.Expect{}))

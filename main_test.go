@@ -343,6 +343,12 @@ func TestListNamesEveryKind(t *testing.T) {
 			t.Errorf("prism list lacks %q", want)
 		}
 	}
+	// The defaults listed are the ones a plan gets (phases.DefaultHeader).
+	for _, re := range []string{`clock\s+string\s+"auto"`, `stall_after\s+duration\s+5s`, `coordination_timeout\s+duration\s+3m0s`} {
+		if !regexp.MustCompile(re).MatchString(r.stdout) {
+			t.Errorf("prism list does not show the default %s", re)
+		}
+	}
 	if v := prism(t, ".", "version"); v.code != 0 || !strings.HasPrefix(v.stdout, "prism ") {
 		t.Errorf("version: %d %q", v.code, v.stdout)
 	}

@@ -38,6 +38,12 @@ type Header struct {
 	OpTimeout           Duration `toml:"op_timeout" doc:"fail the phase when a single op runs longer than this (0 = wait forever)"`
 }
 
+// DefaultHeader is the [plan] table of a plan that sets none of its keys;
+// `prism list` prints these defaults.
+func DefaultHeader() Header {
+	return Header{Results: "results", DropCaches: "auto", Clock: "auto", CoordinationTimeout: Duration(defaultCoordinationTimeout), StallAfter: Duration(defaultStallAfter)}
+}
+
 // Common holds the keys every [[phase]] accepts besides its kind's own.
 type Common struct {
 	Kind       string    `toml:"kind" doc:"phase kind (see prism list)"`
@@ -191,7 +197,7 @@ func DecodePlan(reg *Registry, file string, src []byte) (*Plan, error) {
 		}
 		return nil, &PlanError{File: file, Msg: err.Error()}
 	}
-	p := &Plan{File: file, Source: src, Header: Header{Results: "results", DropCaches: "auto", Clock: "auto", CoordinationTimeout: Duration(defaultCoordinationTimeout), StallAfter: Duration(defaultStallAfter)}}
+	p := &Plan{File: file, Source: src, Header: DefaultHeader()}
 	for key := range raw {
 		if key != "plan" && key != "phase" {
 			line, col := loc.find(-1, "", key)
