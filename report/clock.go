@@ -28,7 +28,7 @@ import (
 // The TSC is used only when it can be trusted: an invariant counter
 // (constant_tsc and nonstop_tsc in /proc/cpuinfo), a calibration against
 // the OS clock that gives a sane rate, and every CPU this process may run
-// on reading the counter in line with the OS clock (checkTSC). Ticks are
+// on reading the counter in step with the others (checkTSC). Ticks are
 // turned into ns with the calibrated rate, so durations stay in OS-clock
 // units; ClockDrift measures, at the end of a run, how far the two clocks
 // parted over the whole run.
@@ -49,8 +49,8 @@ type ClockInfo struct {
 // ClockModes are the values of [plan] clock.
 var ClockModes = []string{"auto", "tsc", "os"}
 
-// opClk is set once by InitClock, before any timed loop runs, and only read
-// afterwards.
+// opClk is set by InitClock (and UseOSClock) before any timed loop runs,
+// and only read afterwards.
 var opClk struct {
 	tsc  bool
 	mult uint64 // ns per tick, 32.32 fixed point
@@ -128,8 +128,9 @@ var ErrNoTSC = errors.New("the TSC cannot be used as the op clock")
 
 // InitClock chooses the op clock for mode ("auto", "tsc" or "os"). It must
 // run before any timed loop starts (a later call calibrates afresh); it
-// takes about calibrateFor plus the walk over the allowed CPUs. "auto" falls back to the OS clock with the reason recorded;
-// "tsc" fails with ErrNoTSC instead.
+// takes about calibrateFor plus the walk over the allowed CPUs. "auto"
+// falls back to the OS clock with the reason recorded; "tsc" fails with
+// ErrNoTSC instead.
 func InitClock(mode string) (ClockInfo, error) {
 	opClk.tsc = false
 	switch mode {

@@ -8,9 +8,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// tscSkewMax is how far any allowed CPU's TSC may sit from the OS clock
-// (after calibration) for the TSC to be used: an op that migrates between
-// two CPUs mid-flight is off by at most this.
+// tscSkewMax is how far apart the TSCs of the allowed CPUs may be for the
+// TSC to be used: an op that migrates between two CPUs mid-flight is off by
+// at most this.
 const tscSkewMax = 5 * time.Microsecond
 
 // tscUsable reports why this machine's TSC cannot be the op clock ("" if
