@@ -165,6 +165,11 @@ func InitClock(mode string) (ClockInfo, error) {
 	return opClk.info, nil
 }
 
+// tscSkewMax is how far apart the TSCs of the allowed CPUs may be for the
+// TSC to be used: an op that migrates between two CPUs mid-flight is off by
+// at most this.
+const tscSkewMax = 5 * time.Microsecond
+
 // calibrateFor is how long InitClock compares the TSC with the OS clock:
 // the rate it gives is good to about 1 ppm (two clock pairs, each read
 // within ~100 ns).

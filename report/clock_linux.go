@@ -8,11 +8,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// tscSkewMax is how far apart the TSCs of the allowed CPUs may be for the
-// TSC to be used: an op that migrates between two CPUs mid-flight is off by
-// at most this.
-const tscSkewMax = 5 * time.Microsecond
-
 // tscUsable reports why this machine's TSC cannot be the op clock ("" if
 // it may be, pending calibration).
 func tscUsable() string {

@@ -81,17 +81,31 @@ func TestTSCAgreesWithOSClock(t *testing.T) {
 	if info.TicksPerSec < 1e8 || info.Reason == "" {
 		t.Fatalf("info %+v", info)
 	}
-	w0, t0 := time.Now(), Ticks()
-	time.Sleep(50 * time.Millisecond)
-	t1, w1 := Ticks(), time.Now()
-	os := w1.Sub(w0)
-	tsc := time.Duration(TickNs(t1 - t0))
-	// The TSC interval lies inside the OS one, which is longer by two
-	// clock reads, give or take the calibration's error (~1 ppm).
-	if tsc > os+os/50_000+time.Microsecond || os-tsc > 2*time.Millisecond {
-		t.Fatalf("50 ms sleep: TSC says %v, OS clock %v", tsc, os)
+	// The TSC interval lies inside the OS one, which is longer by two clock
+	// reads, give or take the calibration's error (~1 ppm). A preemption
+	// between two reads can only lengthen the OS side, so the closest of
+	// three tries is the one judged.
+	gap := time.Hour
+	for range 3 {
+		w0, t0 := time.Now(), Ticks()
+		time.Sleep(50 * time.Millisecond)
+		t1, w1 := Ticks(), time.Now()
+		os := w1.Sub(w0)
+		tsc := time.Duration(TickNs(t1 - t0))
+		if tsc > os+os/50_000+time.Microsecond {
+			t.Fatalf("50 ms sleep: TSC says %v, longer than the OS clock's %v", tsc, os)
+		}
+		gap = min(gap, os-tsc)
 	}
-	if e := TicksEpochNs(Ticks()) - int64(time.Since(epoch)); e > int64(tscSkewMax) || e < -int64(tscSkewMax) {
-		t.Fatalf("TSC epoch stamp %d ns off the OS clock", e)
+	if gap > 200*time.Microsecond {
+		t.Fatalf("50 ms sleeps: the TSC came out at least %v short of the OS clock", gap)
+	}
+	off := time.Hour
+	for range 3 {
+		e := time.Duration(TicksEpochNs(Ticks()) - int64(time.Since(epoch)))
+		off = min(off, max(e, -e))
+	}
+	if off > tscSkewMax {
+		t.Fatalf("TSC epoch stamps are %v off the OS clock", off)
 	}
 }
