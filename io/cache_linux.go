@@ -27,13 +27,3 @@ func DropCaches() error {
 func CanDropCaches() bool {
 	return unix.Access("/proc/sys/vm/drop_caches", unix.W_OK) == nil && os.Geteuid() == 0
 }
-
-// CacheHeld reports whether a filesystem's data lives only in memory, so
-// that dropping the page cache neither can nor should make reads cold.
-func CacheHeld(fstype string) bool {
-	switch fstype {
-	case "tmpfs", "ramfs", "devtmpfs":
-		return true
-	}
-	return false
-}

@@ -11,28 +11,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Alignment is what O_DIRECT asks of buffers, sizes and offsets for one
-// file, and where prism learned it.
-type Alignment struct {
-	// Bytes is the alignment to use: the reported value, at least
-	// DirectAlign.
-	Bytes int
-	// Reported is what the source said (0 when nothing answered).
-	Reported int
-	// Source names where Reported came from, for error messages and the
-	// manifest: "statx", "sysfs <path>", "BLKSSZGET <dev>" or "statfs".
-	Source string
-	// Exact is set when the source states an O_DIRECT requirement (statx,
-	// the device's logical block size). statfs only gives a preferred I/O
-	// size (NFS reports its rsize there), so it may size buffers but must
-	// not reject a transfer size.
-	Exact bool
-}
-
-// maxGuessAlign caps an alignment guessed from statfs: f_bsize can be the
-// 1-4 MiB transfer size of a network filesystem, which would waste that
-// much memory per buffer for nothing.
-const maxGuessAlign = 1 << 20
+// ODirect is the open flag O_DIRECT, for callers that build their own
+// flags (0 where the platform has none).
+const ODirect = unix.O_DIRECT
 
 // AlignmentOf reports the O_DIRECT alignment for path (a file, or a
 // directory whose files are meant). In order of trust:
@@ -46,25 +27,46 @@ const maxGuessAlign = 1 << 20
 //  3. the BLKSSZGET ioctl on /dev/block/MAJ:MIN when sysfs has no answer;
 //  4. statfs f_bsize, a guess.
 func AlignmentOf(path string) (Alignment, error) {
+	return alignmentAt(unix.AT_FDCWD, path, 0, path, func(sf *unix.Statfs_t) error { return unix.Statfs(path, sf) })
+}
+
+// AlignmentOf is AlignmentOf for n below d, without following a link.
+func (d *Dir) AlignmentOf(n Name) (Alignment, error) {
+	fd, _, err := d.parentOf(&n)
+	if err != nil {
+		return Alignment{}, d.Wrap("statx", n, err)
+	}
+	defer d.release(fd)
+	return alignmentAt(fd, n.s[n.dir+1:], unix.AT_SYMLINK_NOFOLLOW, d.Join(n.s), func(sf *unix.Statfs_t) error { return unix.Fstatfs(d.fd, sf) })
+}
+
+// alignmentAt is AlignmentOf for name relative to dirfd, named display in
+// errors, with statfs for the guess.
+func alignmentAt(dirfd int, name string, flags int, display string, statfs func(*unix.Statfs_t) error) (Alignment, error) {
 	var stx unix.Statx_t
-	if err := unix.Statx(unix.AT_FDCWD, path, 0, unix.STATX_DIOALIGN|unix.STATX_BASIC_STATS, &stx); err == nil {
+	var dev uint64
+	switch err := unix.Statx(dirfd, name, flags, unix.STATX_DIOALIGN|unix.STATX_BASIC_STATS, &stx); {
+	case err == nil:
 		if stx.Mask&unix.STATX_DIOALIGN != 0 && stx.Dio_offset_align > 0 {
 			v := int(max(stx.Dio_offset_align, stx.Dio_mem_align))
 			return mkAlign(v, "statx", true), nil
 		}
-	} else if !errors.Is(err, unix.ENOSYS) {
-		return Alignment{}, &os.PathError{Op: "statx", Path: path, Err: err}
+		dev = unix.Mkdev(stx.Dev_major, stx.Dev_minor)
+	case errors.Is(err, unix.ENOSYS): // before Linux 4.11
+		var st unix.Stat_t
+		if err := unix.Fstatat(dirfd, name, &st, flags); err != nil {
+			return Alignment{}, &os.PathError{Op: "stat", Path: display, Err: err}
+		}
+		dev = uint64(st.Dev)
+	default:
+		return Alignment{}, &os.PathError{Op: "statx", Path: display, Err: err}
 	}
-	var st unix.Stat_t
-	if err := unix.Stat(path, &st); err != nil {
-		return Alignment{}, &os.PathError{Op: "stat", Path: path, Err: err}
-	}
-	if a, ok := deviceAlignment(st.Dev); ok {
+	if a, ok := deviceAlignment(dev); ok {
 		return a, nil
 	}
 	var sf unix.Statfs_t
-	if err := unix.Statfs(path, &sf); err != nil {
-		return Alignment{}, &os.PathError{Op: "statfs", Path: path, Err: err}
+	if err := statfs(&sf); err != nil {
+		return Alignment{}, &os.PathError{Op: "statfs", Path: display, Err: err}
 	}
 	return mkAlign(min(int(sf.Bsize), maxGuessAlign), "statfs", false), nil
 }
@@ -95,14 +97,6 @@ func deviceAlignment(dev uint64) (Alignment, bool) {
 	return Alignment{}, false
 }
 
-func mkAlign(v int, source string, exact bool) Alignment {
-	b := DirectAlign
-	for b < v {
-		b <<= 1 // a power of two, as AlignedBuffer needs
-	}
-	return Alignment{Bytes: b, Reported: v, Source: source, Exact: exact}
-}
-
 func readInt(path string) (int, bool) {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -112,28 +106,6 @@ func readInt(path string) (int, bool) {
 	return v, err == nil
 }
 
-// ErrDirectNoEffect says that O_DIRECT cannot bypass a cache on a
-// filesystem whose file data lives only in memory.
-var ErrDirectNoEffect = errors.New("io: O_DIRECT has no effect on a memory filesystem")
-
-// DirectError is a refusal of O_DIRECT, naming the file and the
-// filesystem type so the message says what to change.
-type DirectError struct {
-	Path   string
-	FSType string
-	Err    error // unix.EINVAL from open, or ErrDirectNoEffect
-}
-
-func (e *DirectError) Error() string {
-	fix := "set direct = false, or direct_fallback = true to run buffered and record direct = 0"
-	if errors.Is(e.Err, ErrDirectNoEffect) {
-		return fmt.Sprintf("io: O_DIRECT on %s: %s does not support O_DIRECT: it keeps file data in memory, so direct I/O cannot bypass a cache there (Linux 6.6+ accepts the flag as a no-op, older kernels refuse it with EINVAL); %s", e.Path, e.FSType, fix)
-	}
-	return fmt.Sprintf("io: open %s with O_DIRECT: %v: %s does not support O_DIRECT; %s", e.Path, e.Err, e.FSType, fix)
-}
-
-func (e *DirectError) Unwrap() error { return e.Err }
-
 // CheckDirect returns the filesystem holding dir and, when O_DIRECT cannot
 // take effect there, a *DirectError. tmpfs is refused even on kernels that
 // accept the flag: a "direct" read of tmpfs is a memory copy, and letting
@@ -141,6 +113,16 @@ func (e *DirectError) Unwrap() error { return e.Err }
 // on the kernel version of the machine.
 func CheckDirect(dir string) (FSInfo, error) {
 	fs, err := StatFS(dir)
+	return checkDirect(dir, fs, err)
+}
+
+// CheckDirect is CheckDirect for d.
+func (d *Dir) CheckDirect() (FSInfo, error) {
+	fs, err := d.StatFS()
+	return checkDirect(d.path, fs, err)
+}
+
+func checkDirect(dir string, fs FSInfo, err error) (FSInfo, error) {
 	if err != nil {
 		return fs, err
 	}
@@ -156,13 +138,33 @@ func CheckDirect(dir string) (FSInfo, error) {
 // filesystem type. With O_CREAT the file may exist even after the refusal
 // (the kernel checks O_DIRECT after creating it): callers remove it.
 func OpenDirect(p Path, flags int, mode uint32) (int, error) {
-	fd, err := Open(unix.AT_FDCWD, p, flags|unix.O_DIRECT, mode)
+	return OpenDirectAt(unix.AT_FDCWD, p, flags, mode)
+}
+
+// OpenDirectAt is OpenDirect of p relative to the directory dirfd.
+func OpenDirectAt(dirfd int, p Path, flags int, mode uint32) (int, error) {
+	fd, err := Open(dirfd, p, flags|unix.O_DIRECT, mode)
 	if err == unix.EINVAL {
-		fstype := "this filesystem"
-		if fs, serr := StatFS(filepath.Dir(p.String())); serr == nil {
-			fstype = fs.Type
-		}
-		return -1, &DirectError{Path: p.String(), FSType: fstype, Err: err}
+		fs, serr := StatFS(filepath.Dir(p.String()))
+		return -1, directError(p.String(), fs, serr, err)
 	}
 	return fd, err
+}
+
+// OpenDirect is OpenDirect for n below d, opened as Open opens it.
+func (d *Dir) OpenDirect(n Name, flags int, mode uint32) (int, error) {
+	fd, err := d.Open(n, flags|unix.O_DIRECT, mode)
+	if err == unix.EINVAL {
+		fs, serr := d.StatFS()
+		return -1, directError(d.Join(n.s), fs, serr, err)
+	}
+	return fd, err
+}
+
+func directError(path string, fs FSInfo, serr, err error) error {
+	fstype := "this filesystem"
+	if serr == nil {
+		fstype = fs.Type
+	}
+	return &DirectError{Path: path, FSType: fstype, Err: err}
 }

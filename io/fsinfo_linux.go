@@ -10,16 +10,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// FSInfo names the filesystem under a path, for the manifest and for
-// decisions such as "dropping the page cache means nothing on tmpfs".
-type FSInfo struct {
-	Type         string // from /proc/self/mountinfo, else from the statfs magic
-	MountPoint   string
-	Source       string
-	MountOptions string // per-mount and per-superblock options, comma-joined
-	BlockSize    int64  // statfs f_bsize
-}
-
 // statfs magic numbers of the filesystems prism users qualify; mountinfo
 // normally names the type, these are the fallback.
 var fsMagic = map[int64]string{
@@ -44,20 +34,41 @@ func StatFS(path string) (FSInfo, error) {
 	if err := unix.Statfs(path, &sf); err != nil {
 		return FSInfo{}, &os.PathError{Op: "statfs", Path: path, Err: err}
 	}
-	info := FSInfo{Type: fsMagic[int64(sf.Type)], BlockSize: int64(sf.Bsize)}
-	if info.Type == "" {
-		info.Type = fmt.Sprintf("0x%x", sf.Type)
-	}
 	abs, err := filepath.Abs(path)
 	if err == nil {
 		if real, err := filepath.EvalSymlinks(abs); err == nil {
 			abs = real
 		}
+	}
+	return fsInfo(&sf, abs), nil
+}
+
+// StatFS describes the filesystem holding d, found by its descriptor.
+func (d *Dir) StatFS() (FSInfo, error) {
+	var sf unix.Statfs_t
+	if err := unix.Fstatfs(d.fd, &sf); err != nil {
+		return FSInfo{}, &os.PathError{Op: "statfs", Path: d.path, Err: err}
+	}
+	real, err := fdPath(d.fd)
+	if err != nil {
+		real = d.path
+	}
+	return fsInfo(&sf, real), nil
+}
+
+// fsInfo names the filesystem of sf, with the mount of the absolute path
+// abs ("" when unknown) from mountinfo.
+func fsInfo(sf *unix.Statfs_t, abs string) FSInfo {
+	info := FSInfo{Type: fsMagic[int64(sf.Type)], BlockSize: int64(sf.Bsize)}
+	if info.Type == "" {
+		info.Type = fmt.Sprintf("0x%x", sf.Type)
+	}
+	if abs != "" {
 		if m, ok := findMount("/proc/self/mountinfo", abs); ok {
 			info.Type, info.MountPoint, info.Source, info.MountOptions = m.fstype, m.point, m.source, m.options
 		}
 	}
-	return info, nil
+	return info
 }
 
 type mountEntry struct{ point, fstype, source, options string }

@@ -72,22 +72,34 @@ func (c GenConfig) Validate() error {
 	for _, k := range GenKinds {
 		known = known || c.Kind == k
 	}
+	bad := func(field, format string, args ...any) error {
+		return &GenConfigError{Field: field, Msg: fmt.Sprintf(format, args...)}
+	}
 	switch {
 	case !known:
-		return fmt.Errorf("io: unknown data kind %q (allowed: %s)", c.Kind, strings.Join(GenKinds, ", "))
+		return bad("data", "unknown data kind %q (allowed: %s)", c.Kind, strings.Join(GenKinds, ", "))
 	case c.Compressible < 0 || c.Compressible > 100:
-		return fmt.Errorf("io: compressible = %d out of range (0 .. 100)", c.Compressible)
+		return bad("compressible", "compressible = %d out of range (0 .. 100)", c.Compressible)
 	case c.Dedupe < 0 || c.Dedupe > 100:
-		return fmt.Errorf("io: dedupe = %d out of range (0 .. 100)", c.Dedupe)
+		return bad("dedupe", "dedupe = %d out of range (0 .. 100)", c.Dedupe)
 	case c.Compressible > 0 && (c.Kind == GenZero || c.Kind == GenPattern):
-		return fmt.Errorf("io: compressible applies to random, deterministic and seeded_random data; %s data is fully compressible already", c.Kind)
+		return bad("compressible", "compressible applies to random, deterministic and seeded_random data; %s data is fully compressible already", c.Kind)
 	case c.Kind == GenPattern && len(c.Pattern) == 0:
-		return fmt.Errorf("io: pattern data needs a non-empty pattern")
+		return bad("pattern", "pattern data needs a non-empty pattern")
 	case c.BlockSize < 0:
-		return fmt.Errorf("io: negative generator block size %d", c.BlockSize)
+		return bad("bs", "negative generator block size %d", c.BlockSize)
 	}
 	return nil
 }
+
+// GenConfigError is a bad generator setting; Field names it as plans
+// write it (data, compressible, dedupe, pattern, bs).
+type GenConfigError struct {
+	Field string
+	Msg   string
+}
+
+func (e *GenConfigError) Error() string { return "io: " + e.Msg }
 
 // Generator produces block contents that are a pure function of its
 // config, a stream number and a block index, so that a reader can
@@ -165,11 +177,11 @@ func (g *Generator) Source(stream uint64, block int64) int64 {
 		return block
 	}
 	for block > 0 {
-		h := mix3(g.seed^saltDedupe, stream, uint64(block))
+		h := Mix3(g.seed^saltDedupe, stream, uint64(block))
 		if h%100 >= uint64(g.cfg.Dedupe) {
 			return block
 		}
-		block = int64(mix64(h) % uint64(block))
+		block = int64(Mix64(h) % uint64(block))
 	}
 	return 0
 }
@@ -201,7 +213,7 @@ func (g *Generator) fillBlock(dst []byte, stream uint64, block int64) {
 		binary.LittleEndian.PutUint64(g.key[24:], uint64(block))
 		g.cc.Seed(sha256.Sum256(g.key[:]))
 	} else {
-		wy = wyrand(mix3(g.seed^saltData, stream, uint64(block)))
+		wy = wyrand(Mix3(g.seed^saltData, stream, uint64(block)))
 	}
 	// Each chunk: its random part, then zeros. The split depends on the
 	// chunk's length in the full block, not in dst, so a shorter fill is
@@ -247,21 +259,6 @@ func (s *wyrand) fill(b []byte) {
 		binary.LittleEndian.PutUint64(w[:], s.next())
 		copy(b[i:], w[:])
 	}
-}
-
-// mix64 is the splitmix64 finalizer: a bijection whose every output bit
-// depends on every input bit.
-func mix64(x uint64) uint64 {
-	x ^= x >> 30
-	x *= 0xbf58476d1ce4e5b9
-	x ^= x >> 27
-	x *= 0x94d049bb133111eb
-	x ^= x >> 31
-	return x
-}
-
-func mix3(a, b, c uint64) uint64 {
-	return mix64(mix64(mix64(a)+b+0x9e3779b97f4a7c15) + c)
 }
 
 // ParsePattern reads a pattern as plans write it: "0x" followed by hex

@@ -8,8 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-
-	"golang.org/x/sys/unix"
 )
 
 func genKinds() []GenConfig {
@@ -244,24 +242,6 @@ func TestFillAllocatesNothing(t *testing.T) {
 		if n := testing.AllocsPerRun(20, func() { g.FillStream(b, 1, 9) }); n != 0 {
 			t.Errorf("%s: Fill allocates %.1f times", cfg.Kind, n)
 		}
-	}
-}
-
-func TestTransfersAllocateNothing(t *testing.T) {
-	fd, err := unix.Open(filepath.Join(t.TempDir(), "f"), unix.O_CREAT|unix.O_RDWR, 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(fd)
-	b := make([]byte, 4096)
-	if n := testing.AllocsPerRun(100, func() {
-		_, _ = PwriteFull(fd, b, 8192)
-		_, _ = PreadFull(fd, b, 8192)
-	}); n != 0 {
-		t.Fatalf("pread/pwrite allocate %.1f times", n)
-	}
-	if _, err := PreadFull(fd, b, 10000); err != ErrShortIO {
-		t.Fatalf("read past the end: %v, want ErrShortIO", err)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 type Path struct {
 	s string
 	b []byte
+	v string // what the system calls take, when not s (PathVia)
 }
 
 // NewPath prepares s. A path containing NUL cannot name a file.
@@ -31,6 +32,37 @@ func MustPath(s string) Path {
 		panic(err)
 	}
 	return p
+}
+
+// PathVia prepares a path whose system calls use via — a path through a
+// directory descriptor (Dir.ProcPath), which no rename or link above the
+// directory can redirect — while messages and the stall watchdog name
+// shown, the path a user recognises.
+func PathVia(shown, via string) (Path, error) {
+	p, err := NewPath(via)
+	if err != nil {
+		return Path{}, err
+	}
+	p.s, p.v = shown, via
+	return p, nil
+}
+
+// MustPathVia is PathVia for paths prism builds itself from clean parts.
+func MustPathVia(shown, via string) Path {
+	p, err := PathVia(shown, via)
+	if err != nil {
+		panic(err)
+	}
+	return p
+}
+
+// Via returns the path the system calls use (for a Path from PathVia,
+// not the one String shows).
+func (p Path) Via() string {
+	if p.v != "" {
+		return p.v
+	}
+	return p.s
 }
 
 // String returns the path as given.

@@ -9,8 +9,9 @@ import (
 // Remedy returns a short hint (with a leading "; ") for errnos a storage
 // engineer can act on, or "" when there is nothing useful to add.
 func Remedy(err error) string {
+	// A ReplacedError states its own remedy, whatever errno led to it.
 	var errno unix.Errno
-	if !errors.As(err, &errno) {
+	if errors.Is(err, ErrReplaced) || !errors.As(err, &errno) {
 		return ""
 	}
 	switch errno {
@@ -28,6 +29,8 @@ func Remedy(err error) string {
 		return "; invalid argument: with direct = true the filesystem may not support O_DIRECT, or bs/offset are not aligned to its block size"
 	case unix.EMFILE, unix.ENFILE:
 		return "; too many open files: raise ulimit -n"
+	case unix.ELOOP:
+		return "; a symbolic link on the path was refused: prism never follows links below the directories it opened"
 	case unix.ESTALE:
 		return "; stale NFS file handle: the file was removed or the export changed under the client"
 	}

@@ -10,6 +10,11 @@ import (
 // Path, without allocating: they are what phases call between two clock
 // reads. Errors are bare errnos; callers wrap them with phase, rank and path
 // outside the timed region.
+//
+// They resolve the whole path, from dirfd or from the working directory,
+// on every call, following any symbolic link on the way: safe only where
+// nobody else can write a directory of the path. Inside the run directory,
+// phases use a Dir and Names instead (dir_linux.go).
 
 func ptr(p Path) (unsafe.Pointer, error) {
 	if len(p.b) == 0 {
@@ -24,6 +29,12 @@ func Open(dirfd int, p Path, flags int, mode uint32) (int, error) {
 	if err != nil {
 		return -1, err
 	}
+	return openPtr(dirfd, pp, flags, mode)
+}
+
+// openPtr is openat(2) on a NUL-terminated name, with O_CLOEXEC: a
+// descriptor must never leak into the fio or git children prism starts.
+func openPtr(dirfd int, pp unsafe.Pointer, flags int, mode uint32) (int, error) {
 	for {
 		fd, _, e := unix.Syscall6(unix.SYS_OPENAT, uintptr(dirfd), uintptr(pp), uintptr(flags|unix.O_CLOEXEC), uintptr(mode), 0, 0)
 		if e == unix.EINTR {
@@ -81,6 +92,11 @@ func at(trap uintptr, dirfd int, p Path, arg uintptr) error {
 	if err != nil {
 		return err
 	}
+	return atPtr(trap, dirfd, pp, arg)
+}
+
+// atPtr is a (dirfd, name, integer) call: unlinkat or mkdirat.
+func atPtr(trap uintptr, dirfd int, pp unsafe.Pointer, arg uintptr) error {
 	for {
 		_, _, e := unix.Syscall(trap, uintptr(dirfd), uintptr(pp), arg)
 		if e == unix.EINTR {
@@ -104,9 +120,55 @@ func Rename(from, to Path) error {
 	if err != nil {
 		return err
 	}
-	cwd := unix.AT_FDCWD
+	return renamePtr(unix.AT_FDCWD, fp, unix.AT_FDCWD, tp)
+}
+
+// RenameAt moves from (relative to fromDir) to to (relative to toDir).
+func RenameAt(fromDir int, from Path, toDir int, to Path) error {
+	fp, err := ptr(from)
+	if err != nil {
+		return err
+	}
+	tp, err := ptr(to)
+	if err != nil {
+		return err
+	}
+	return renamePtr(fromDir, fp, toDir, tp)
+}
+
+// renamePtr is renameat2 with no flags, which is renameat: riscv64 and
+// loong64 have only the former.
+func renamePtr(fromfd int, fp unsafe.Pointer, tofd int, tp unsafe.Pointer) error {
 	for {
-		_, _, e := unix.Syscall6(unix.SYS_RENAMEAT, uintptr(cwd), uintptr(fp), uintptr(cwd), uintptr(tp), 0, 0)
+		_, _, e := unix.Syscall6(unix.SYS_RENAMEAT2, uintptr(fromfd), uintptr(fp), uintptr(tofd), uintptr(tp), 0, 0)
+		if e == unix.EINTR {
+			continue
+		}
+		if e != 0 {
+			return e
+		}
+		return nil
+	}
+}
+
+// linkPtr is linkat without AT_SYMLINK_FOLLOW: a link to a symlink links
+// the symlink itself.
+func linkPtr(fromfd int, fp unsafe.Pointer, tofd int, tp unsafe.Pointer) error {
+	for {
+		_, _, e := unix.Syscall6(unix.SYS_LINKAT, uintptr(fromfd), uintptr(fp), uintptr(tofd), uintptr(tp), 0, 0)
+		if e == unix.EINTR {
+			continue
+		}
+		if e != 0 {
+			return e
+		}
+		return nil
+	}
+}
+
+func symlinkPtr(target unsafe.Pointer, dirfd int, pp unsafe.Pointer) error {
+	for {
+		_, _, e := unix.Syscall(unix.SYS_SYMLINKAT, uintptr(target), uintptr(dirfd), uintptr(pp))
 		if e == unix.EINTR {
 			continue
 		}
@@ -124,7 +186,7 @@ func Stat(dirfd int, p Path, st *unix.Stat_t) error {
 	if err != nil {
 		return err
 	}
-	return statPtr(dirfd, pp, st)
+	return statPtr(dirfd, pp, st, 0)
 }
 
 // StatName stats the NUL-terminated name starting at name[0] relative to
@@ -134,26 +196,33 @@ func StatName(dirfd int, name []byte, st *unix.Stat_t) error {
 	if len(name) == 0 {
 		return ErrEmptyPath
 	}
-	return statPtr(dirfd, unsafe.Pointer(&name[0]), st)
+	return statPtr(dirfd, unsafe.Pointer(&name[0]), st, 0)
 }
 
-func statPtr(dirfd int, pp unsafe.Pointer, st *unix.Stat_t) error {
-	for {
-		_, _, e := unix.Syscall6(unix.SYS_NEWFSTATAT, uintptr(dirfd), uintptr(pp), uintptr(unsafe.Pointer(st)), 0, 0, 0)
-		if e == unix.EINTR {
-			continue
-		}
-		if e != 0 {
-			return e
-		}
-		return nil
+// LstatName is StatName without following a symbolic link named name.
+func LstatName(dirfd int, name []byte, st *unix.Stat_t) error {
+	if len(name) == 0 {
+		return ErrEmptyPath
 	}
+	return statPtr(dirfd, unsafe.Pointer(&name[0]), st, unix.AT_SYMLINK_NOFOLLOW)
+}
+
+// OpenName opens a NUL-terminated name from a getdents buffer (ReadDir,
+// EachName) relative to dirfd, with O_NOFOLLOW: one component by
+// construction, so nothing is resolved beyond dirfd, and no string is
+// made.
+func OpenName(dirfd int, name []byte, flags int) (int, error) {
+	if len(name) == 0 {
+		return -1, ErrEmptyPath
+	}
+	return openPtr(dirfd, unsafe.Pointer(&name[0]), flags|unix.O_NOFOLLOW, 0)
 }
 
 // ReadDir appends the raw linux_dirent64 records of every entry of the
 // open directory dirfd to into, using scratch for each getdents call (grown
 // when one record does not fit). Keeping the listing raw lets a caller time
 // the listing alone and then stat each name without a string allocation.
+// It reads from dirfd's current offset.
 func ReadDir(dirfd int, scratch, into []byte) ([]byte, []byte, error) {
 	for {
 		n, err := unix.Getdents(dirfd, scratch)
@@ -180,17 +249,12 @@ func ReadDir(dirfd int, scratch, into []byte) ([]byte, []byte, error) {
 func EachName(raw []byte, fn func(name []byte) error) (int, error) {
 	count := 0
 	for off := 0; off < len(raw); {
-		if off+19 >= len(raw) {
-			return count, unix.EIO
+		next, _, _, name, err := dirent(raw, off)
+		if err != nil {
+			return count, err
 		}
-		// struct linux_dirent64: ino u64, off s64, reclen u16, type u8, name[]
-		reclen := int(*(*uint16)(unsafe.Pointer(&raw[off+16])))
-		if reclen < 20 || off+reclen > len(raw) {
-			return count, unix.EIO
-		}
-		name := raw[off+19 : off+reclen]
-		off += reclen
-		if name[0] == '.' && (name[1] == 0 || (name[1] == '.' && len(name) > 2 && name[2] == 0)) {
+		off = next
+		if dotOrDotDot(name) {
 			continue
 		}
 		count++
@@ -201,4 +265,23 @@ func EachName(raw []byte, fn func(name []byte) error) (int, error) {
 		}
 	}
 	return count, nil
+}
+
+// dirent decodes the struct linux_dirent64 at raw[off:] (ino u64, off s64,
+// reclen u16, type u8, name[]): the offset of the next record, the inode,
+// the d_type and the NUL-terminated name with its padding.
+func dirent(raw []byte, off int) (next int, ino uint64, typ uint8, name []byte, err error) {
+	if off+19 >= len(raw) {
+		return 0, 0, 0, nil, unix.EIO
+	}
+	reclen := int(*(*uint16)(unsafe.Pointer(&raw[off+16])))
+	if reclen < 20 || off+reclen > len(raw) {
+		return 0, 0, 0, nil, unix.EIO
+	}
+	ino = *(*uint64)(unsafe.Pointer(&raw[off]))
+	return off + reclen, ino, raw[off+18], raw[off+19 : off+reclen], nil
+}
+
+func dotOrDotDot(name []byte) bool {
+	return name[0] == '.' && (name[1] == 0 || (name[1] == '.' && len(name) > 2 && name[2] == 0))
 }

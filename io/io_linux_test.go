@@ -1,10 +1,13 @@
 package io
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -107,5 +110,71 @@ func TestEachNameRejectsGarbage(t *testing.T) {
 		if _, err := EachName(raw, nil); err == nil {
 			t.Fatalf("garbage of %d bytes accepted", len(raw))
 		}
+	}
+}
+
+func TestTransfersAllocateNothing(t *testing.T) {
+	fd, err := unix.Open(filepath.Join(t.TempDir(), "f"), unix.O_CREAT|unix.O_RDWR, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	b := make([]byte, 4096)
+	if n := testing.AllocsPerRun(100, func() {
+		_, _ = PwriteFull(fd, b, 8192)
+		_, _ = PreadFull(fd, b, 8192)
+	}); n != 0 {
+		t.Fatalf("pread/pwrite allocate %.1f times", n)
+	}
+	if _, err := PreadFull(fd, b, 10000); err != ErrShortIO {
+		t.Fatalf("read past the end: %v, want ErrShortIO", err)
+	}
+}
+
+func TestReadInputRefusesWhatIsNotAFile(t *testing.T) {
+	dir := t.TempDir()
+	small := filepath.Join(dir, "plan.toml")
+	os.WriteFile(small, []byte("x = 1\n"), 0o644)
+	if b, err := ReadInput(small, 100, time.Second); err != nil || string(b) != "x = 1\n" {
+		t.Fatalf("a small file: %q, %v", b, err)
+	}
+	big := filepath.Join(dir, "big")
+	os.WriteFile(big, make([]byte, 101), 0o644)
+	if _, err := ReadInput(big, 100, time.Second); !errors.Is(err, ErrInputTooLarge) {
+		t.Errorf("101 bytes with a limit of 100: %v", err)
+	}
+	if _, err := ReadInput("/dev/zero", 100, time.Second); err == nil || !strings.Contains(err.Error(), "character device") {
+		t.Errorf("/dev/zero: %v", err)
+	}
+	if _, err := ReadInput(dir, 100, time.Second); err == nil || !strings.Contains(err.Error(), "directory") {
+		t.Errorf("a directory: %v", err)
+	}
+	// A FIFO nobody writes: the deadline, not a hang.
+	fifo := filepath.Join(dir, "fifo")
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if _, err := ReadInput(fifo, 100, 200*time.Millisecond); err == nil || !strings.Contains(err.Error(), "no data after") {
+		t.Errorf("a FIFO without a writer: %v", err)
+	}
+	if time.Since(start) > 5*time.Second {
+		t.Errorf("ReadInput waited %s past its 200ms deadline", time.Since(start))
+	}
+	// A FIFO that is written: read whole. Another FIFO: the first call's
+	// reader is still blocked in its open and would take the data.
+	fifo = filepath.Join(dir, "fifo2")
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		f, err := os.OpenFile(fifo, os.O_WRONLY, 0)
+		if err == nil {
+			f.Write([]byte("[plan]\n"))
+			f.Close()
+		}
+	}()
+	if b, err := ReadInput(fifo, 100, 5*time.Second); err != nil || string(b) != "[plan]\n" {
+		t.Errorf("a written FIFO: %q, %v", b, err)
 	}
 }

@@ -239,11 +239,11 @@ func TestDeviceAlignment(t *testing.T) {
 	if err := unix.Stat(dir, &st); err != nil {
 		t.Fatal(err)
 	}
-	a, ok := deviceAlignment(st.Dev)
+	a, ok := deviceAlignment(uint64(st.Dev))
 	if !ok {
 		t.Skipf("%s is not on a block device", dir)
 	}
-	t.Logf("device %d:%d: %+v", unix.Major(st.Dev), unix.Minor(st.Dev), a)
+	t.Logf("device %d:%d: %+v", unix.Major(uint64(st.Dev)), unix.Minor(uint64(st.Dev)), a)
 	if a.Reported < 512 || a.Bytes < DirectAlign || !a.Exact {
 		t.Fatalf("%+v", a)
 	}
