@@ -42,8 +42,11 @@ func (c *Rendezvous) Alert(tag string) {
 	_ = c.publish(c.commPath(), c.alertName(tag), []byte(strconv.Itoa(c.job.rank)))
 }
 
-// Watch polls for the alert file of tag by its exact name, and for the
-// job's abort file.
+// Watch polls for the alert file of tag by its exact name, for the job's
+// abort file, and for the heartbeats of this communicator's other ranks: a
+// peer whose heartbeat stands still for DeadAfter (its node crashed, it
+// was SIGKILLed) fires the watch with its rank, so a long step stops
+// instead of running on until its end meets a collective.
 func (c *Rendezvous) Watch(tag string) (<-chan int, func()) {
 	fired := make(chan int, 1)
 	done := make(chan struct{})
@@ -53,14 +56,28 @@ func (c *Rendezvous) Watch(tag string) (<-chan int, func()) {
 		return fired, stop
 	}
 	path := filepath.Join(c.commPath(), c.alertName(tag))
+	peers := make([]int, 0, c.Size()-1)
+	for r := 0; r < c.Size(); r++ {
+		if r != c.rank {
+			peers = append(peers, r)
+		}
+	}
 	go func() {
 		t := time.NewTicker(alertPoll)
 		defer t.Stop()
+		lastBeat := time.Now()
 		for {
 			select {
 			case <-done:
 				return
 			case <-t.C:
+			}
+			if now := time.Now(); now.Sub(lastBeat) >= c.job.beatEvery() {
+				lastBeat = now
+				if f := c.deadPeer(peers, now, true); f != nil {
+					fired <- f.rank
+					return
+				}
 			}
 			// An aborted job (a rank that died under the launcher, a
 			// peer's Abort) is an alert for every step: its ranks leave

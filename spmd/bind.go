@@ -77,3 +77,49 @@ func ParseCPUList(s string) ([]int, error) {
 	}
 	return cpus, nil
 }
+
+// LocalSlot is this process's local rank and the number of ranks on its
+// node as the launcher that started it says: OpenMPI's mpirun
+// (OMPI_COMM_WORLD_LOCAL_RANK/SIZE), MPICH's hydra (MPI_LOCALRANKID,
+// MPI_LOCALNRANKS), Slurm's srun (SLURM_LOCALID, and this node's entry of
+// SLURM_STEP_TASKS_PER_NODE). ok is false when none did.
+func LocalSlot(getenv func(string) string) (rank, size int, ok bool) {
+	num := func(k string) (int, bool) {
+		n, err := strconv.Atoi(getenv(k))
+		return n, err == nil && n >= 0
+	}
+	for _, p := range [][2]string{{"OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"}, {"MPI_LOCALRANKID", "MPI_LOCALNRANKS"}} {
+		r, okr := num(p[0])
+		n, okn := num(p[1])
+		if okr && okn && r < n {
+			return r, n, true
+		}
+	}
+	r, okr := num("SLURM_LOCALID")
+	node, okn := num("SLURM_NODEID")
+	if !okr || !okn {
+		return 0, 0, false
+	}
+	// SLURM_STEP_TASKS_PER_NODE: "2(x3),1": 2 tasks on each of the first
+	// three nodes, then 1.
+	at := 0
+	for _, part := range strings.Split(getenv("SLURM_STEP_TASKS_PER_NODE"), ",") {
+		tasks, rep, _ := strings.Cut(part, "(x")
+		n, err := strconv.Atoi(tasks)
+		times := 1
+		if rep != "" {
+			times, err = strconv.Atoi(strings.TrimSuffix(rep, ")"))
+		}
+		if err != nil || n < 1 || times < 1 {
+			return 0, 0, false
+		}
+		if node < at+times {
+			if r < n {
+				return r, n, true
+			}
+			return 0, 0, false
+		}
+		at += times
+	}
+	return 0, 0, false
+}

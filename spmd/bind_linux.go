@@ -1,8 +1,11 @@
 package spmd
 
 import (
+	"fmt"
+	"os"
 	"os/exec"
 	"runtime"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -52,4 +55,32 @@ func startBound(cmd *exec.Cmd, cpus []int) error {
 		runtime.UnlockOSThread()
 	} // else the narrowed thread stays wired to this goroutine, out of the pool
 	return err
+}
+
+// BindSelf binds this whole process to cpus and starts it again: it
+// narrows the calling thread's affinity and executes the binary anew with
+// env, and a process image inherits the affinity of the thread that
+// executed it, so every thread of the new image runs on cpus (binding the
+// running process would reach only the threads made after the call). It
+// returns only on failure, with the thread's affinity put back.
+func BindSelf(cpus []int, env []string) error {
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("spmd: bind: %w", err)
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var orig, set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &orig); err != nil {
+		return fmt.Errorf("spmd: bind: %w", err)
+	}
+	for _, c := range cpus {
+		set.Set(c)
+	}
+	if err := unix.SchedSetaffinity(0, &set); err != nil {
+		return fmt.Errorf("spmd: bind to %s: %w", CPUList(cpus), err)
+	}
+	err = syscall.Exec(exe, os.Args, env)
+	unix.SchedSetaffinity(0, &orig)
+	return fmt.Errorf("spmd: bind: exec %s: %w", exe, err)
 }

@@ -65,3 +65,25 @@ func TestCPUList(t *testing.T) {
 		}
 	}
 }
+
+func TestLocalSlot(t *testing.T) {
+	for _, tc := range []struct {
+		env        map[string]string
+		rank, size int
+		ok         bool
+	}{
+		{map[string]string{"OMPI_COMM_WORLD_LOCAL_RANK": "3", "OMPI_COMM_WORLD_LOCAL_SIZE": "4"}, 3, 4, true},
+		{map[string]string{"MPI_LOCALRANKID": "1", "MPI_LOCALNRANKS": "2"}, 1, 2, true},
+		{map[string]string{"SLURM_LOCALID": "1", "SLURM_NODEID": "0", "SLURM_STEP_TASKS_PER_NODE": "2(x3),1"}, 1, 2, true},
+		{map[string]string{"SLURM_LOCALID": "0", "SLURM_NODEID": "3", "SLURM_STEP_TASKS_PER_NODE": "2(x3),1"}, 0, 1, true},
+		{map[string]string{"SLURM_LOCALID": "0", "SLURM_NODEID": "4", "SLURM_STEP_TASKS_PER_NODE": "2(x3),1"}, 0, 0, false},
+		{map[string]string{"SLURM_LOCALID": "0", "SLURM_NODEID": "0", "SLURM_STEP_TASKS_PER_NODE": "2(xx)"}, 0, 0, false},
+		{map[string]string{"OMPI_COMM_WORLD_LOCAL_RANK": "4", "OMPI_COMM_WORLD_LOCAL_SIZE": "4"}, 0, 0, false},
+		{map[string]string{}, 0, 0, false},
+	} {
+		r, n, ok := LocalSlot(func(k string) string { return tc.env[k] })
+		if r != tc.rank || n != tc.size || ok != tc.ok {
+			t.Errorf("%v: %d of %d, %v; want %d of %d, %v", tc.env, r, n, ok, tc.rank, tc.size, tc.ok)
+		}
+	}
+}

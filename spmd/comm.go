@@ -70,15 +70,18 @@ type Comm interface {
 }
 
 // Aligner is implemented by communicators whose Barrier may release the
-// ranks noticeably apart (the rendezvous: up to its 2 ms poll period).
-// Align is a Barrier that releases them together, for the start of a timed
-// step, where any skew adds to the wall time. MPI_Barrier and Single need
-// no such thing.
+// ranks noticeably apart (the rendezvous: up to its 2 ms poll period; MPI:
+// up to the 1 ms sleep of its bounded wait). Align is a Barrier that
+// releases them together, for the start of a timed step, where any skew
+// adds to the wall time. Single needs no such thing.
 type Aligner interface {
 	Align(ctx context.Context) error
 }
 
-var _ Aligner = (*Rendezvous)(nil)
+var (
+	_ Aligner = (*Rendezvous)(nil)
+	_ Aligner = (*MPI)(nil)
+)
 
 // Align is c's Align when it has one, else its Barrier.
 func Align(ctx context.Context, c Comm) error {
@@ -92,7 +95,7 @@ func Align(ctx context.Context, c Comm) error {
 var ErrAborted = errors.New("spmd: job aborted by another rank")
 
 // ErrTimeout is returned when a collective waited longer than the
-// coordination timeout.
+// coordination timeout (under MPI inside a *TimeoutError).
 var ErrTimeout = errors.New("spmd: coordination timeout")
 
 // RankError says which rank a failure concerns (a peer that died, a peer

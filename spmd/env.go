@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -80,17 +81,22 @@ func launchedByMPI(getenv func(string) string) bool {
 	return false
 }
 
-// OpenOptions say how to reach the other ranks when MPI is not used.
+// OpenOptions say how to reach the other ranks.
 type OpenOptions struct {
-	// Rendezvous is the plan's shared directory; PRISM_RENDEZVOUS wins.
+	// Rendezvous is the plan's shared directory for jobs without MPI;
+	// PRISM_RENDEZVOUS wins.
 	Rendezvous string
-	Timeout    time.Duration
-	Getenv     func(string) string
+	// Timeout bounds every wait of a collective, under MPI as in the
+	// rendezvous (the plan's coordination_timeout; 0 means 3 minutes).
+	Timeout time.Duration
+	Getenv  func(string) string
 }
 
 // Open returns the world communicator this process belongs to:
 // rendezvous under prism's own launcher (or when a shared directory is
 // configured for a multi-task job), MPI under an MPI launcher, else Single.
+// A rendezvous rank joins with its job token (JobToken), so that jobs
+// sharing the plan's directory are refused instead of merged.
 // It refuses the silent failure mode of SPMD tools: a multi-task launch in
 // which every process believes it is alone.
 func Open(ctx context.Context, o OpenOptions) (Comm, Identity, error) {
@@ -102,17 +108,23 @@ func Open(ctx context.Context, o OpenOptions) (Comm, Identity, error) {
 	if err != nil {
 		return nil, id, err
 	}
-	dir := getenv("PRISM_RENDEZVOUS")
-	if dir == "" {
-		dir = o.Rendezvous
+	token, source := JobToken(getenv)
+	rdv := func() (Comm, Identity, error) {
+		dir, err := rendezvousDir(getenv, o.Rendezvous, token)
+		if err != nil {
+			return nil, id, err
+		}
+		c, err := NewRendezvous(ctx, RendezvousConfig{Dir: dir, Rank: id.Rank, Size: id.Size, Timeout: o.Timeout,
+			Token: token, TokenSource: source})
+		return c, id, err
 	}
+	noDir := getenv(EnvRendezvous) == "" && o.Rendezvous == ""
 	switch {
 	case getenv("PRISM_RANK") != "":
-		if dir == "" {
+		if noDir {
 			return nil, id, fmt.Errorf("spmd: PRISM_RANK is set but PRISM_RENDEZVOUS is not: start ranks with `prism run -n N`")
 		}
-		c, err := NewRendezvous(ctx, RendezvousConfig{Dir: dir, Rank: id.Rank, Size: id.Size, Timeout: o.Timeout})
-		return c, id, err
+		return rdv()
 	case launchedByMPI(getenv):
 		if !MPIAvailable() {
 			if id.Size > 1 || id.Size == 0 {
@@ -124,17 +136,36 @@ func Open(ctx context.Context, o OpenOptions) (Comm, Identity, error) {
 		if err != nil {
 			return nil, id, err
 		}
+		m.SetTimeout(o.Timeout)
 		if id.Size > 0 && m.Size() != id.Size {
 			m.Close()
 			return nil, id, fmt.Errorf("spmd: the launcher says %s=%d but MPI sees %d ranks: the MPI library prism was built with does not match the launcher's (e.g. MPICH's mpirun starting an OpenMPI build); every process would run alone", id.Source, id.Size, m.Size())
 		}
 		return m, id, nil
 	case id.Source == "SLURM_PROCID" && id.Size > 1:
-		if dir == "" {
+		if noDir {
 			return nil, id, fmt.Errorf("spmd: srun started %d tasks without MPI (no PMIx/PMI in the environment): use `srun --mpi=pmix`, or set [plan] rendezvous (or PRISM_RENDEZVOUS) to a directory every node shares", id.Size)
 		}
-		c, err := NewRendezvous(ctx, RendezvousConfig{Dir: dir, Rank: id.Rank, Size: id.Size, Timeout: o.Timeout})
-		return c, id, err
+		return rdv()
 	}
 	return NewSingle(), id, nil
+}
+
+// rendezvousDir is the rendezvous directory of this rank: PRISM_RENDEZVOUS,
+// which a launcher sets for one job, else the plan's, with %j replaced by
+// the job token. The plan's directory is shared by every job that runs the
+// plan, so a rank without a token, whose job cannot be told from another,
+// is refused there.
+func rendezvousDir(getenv func(string) string, plan, token string) (string, error) {
+	dir := getenv(EnvRendezvous)
+	if dir == "" {
+		dir = plan
+		if token == "" && !strings.Contains(dir, "%j") {
+			return "", fmt.Errorf("spmd: the plan's rendezvous directory %s is shared by every job that runs this plan, "+
+				"and this rank has no job token to tell its job's ranks from another job's: set %s to a value unique "+
+				"to this job and the same on every rank, or PRISM_RENDEZVOUS to a directory of this job's own",
+				dir, EnvRendezvousToken)
+		}
+	}
+	return expandJobDir(dir, token)
 }

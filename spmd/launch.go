@@ -22,6 +22,7 @@ const (
 	EnvLocalRank  = "PRISM_LOCAL_RANK" // rank among the job's ranks on this host
 	EnvRendezvous = "PRISM_RENDEZVOUS" // the job's rendezvous directory (RendezvousConfig.Dir)
 	EnvCPUs       = "PRISM_CPUS"       // the CPUs Launch bound this rank to (a cpulist); unset if unbound
+	// EnvJobToken (rendezvous_job.go) carries the job's random token.
 )
 
 const defaultGrace = 5 * time.Second
@@ -61,7 +62,8 @@ type LaunchConfig struct {
 
 // Launch runs a job of cfg.N copies of cfg.Path on this host, coordinated
 // through a private rendezvous directory that it creates and removes. Every
-// child gets EnvRank, EnvSize, EnvLocalRank and EnvRendezvous.
+// child gets EnvRank, EnvSize, EnvLocalRank, EnvRendezvous and EnvJobToken,
+// a random token of this job, which its rendezvous directory records.
 //
 // When a child fails (non-zero status, or killed by a signal) while others
 // still run, Launch writes the job's abort file naming it, so that the
@@ -69,11 +71,25 @@ type LaunchConfig struct {
 // still running after Grace. Cancelling ctx sends SIGTERM to the children,
 // with the same Grace before the kill.
 //
-// exitCode is the job's verdict: 0 if every child succeeded, otherwise the
-// code of the first child to fail, a child killed by signal s counting as
-// 128+s like in a shell. err reports only a failure of Launch itself (the
-// directory or a child could not be created, or ctx was done before any
-// child started); exitCode is then 1.
+// exitCode is the job's verdict in prism's exit-code contract, and err
+// says why it is not 0:
+//
+//   - 0, nil: every child exited 0.
+//   - 130 or 143, *JobError: the user interrupted the launcher (SIGINT or
+//     SIGTERM on cfg.Signals, which Launch forwarded; a cancelled ctx counts
+//     as SIGTERM) and some child did not exit 0. Children that finish
+//     cleanly despite the interrupt make it 0.
+//   - 2, *JobError: the first child to fail exited with status 2 (bad usage
+//     or a bad plan, which every rank finds alike).
+//   - 1, *JobError: the first child to fail exited with another status or
+//     was killed by a signal (SIGKILL from the OOM killer is not the user's
+//     interrupt).
+//   - 1, another error: Launch itself failed (the directory or a child could
+//     not be created, or ctx was done before any child started).
+//
+// The *JobError names the first child to fail and how, which is worth
+// printing: a rank the kernel killed (SIGKILL, the OOM killer) cannot say
+// so itself. main should print err and exit with exitCode.
 func Launch(ctx context.Context, cfg LaunchConfig) (exitCode int, err error) {
 	switch {
 	case cfg.N < 1:
@@ -99,6 +115,7 @@ func Launch(ctx context.Context, cfg LaunchConfig) (exitCode int, err error) {
 		env = os.Environ()
 	}
 	env = withoutRankVars(env)
+	token := "launch-" + randomHex(16)
 	stdout, stderr := lockWriters(cfg.Stdout, cfg.Stderr)
 	var blocks [][]int
 	if cfg.Bind {
@@ -113,7 +130,8 @@ func Launch(ctx context.Context, cfg LaunchConfig) (exitCode int, err error) {
 			EnvRank+"="+strconv.Itoa(i),
 			EnvSize+"="+strconv.Itoa(cfg.N),
 			EnvLocalRank+"="+strconv.Itoa(i),
-			EnvRendezvous+"="+dir)
+			EnvRendezvous+"="+dir,
+			EnvJobToken+"="+token)
 		cmd.Stdout, cmd.Stderr = stdout, stderr
 		cmd.SysProcAttr = childProcAttr()
 		// A grandchild holding the output pipe open must not keep Launch
@@ -133,7 +151,54 @@ func Launch(ctx context.Context, cfg LaunchConfig) (exitCode int, err error) {
 		}
 		children = append(children, cmd)
 	}
-	return supervise(ctx, dir, children, cfg.Signals, grace), nil
+	if jerr := supervise(ctx, dir, children, cfg.Signals, grace); jerr != nil {
+		return jerr.ExitCode(), jerr
+	}
+	return 0, nil
+}
+
+// JobError is how a job that Launch ran failed.
+type JobError struct {
+	// Rank is the first child to fail (after an interrupt, usually of it:
+	// killed by the signal, or exiting 130/143 after writing its partial
+	// results).
+	Rank int
+	// Status is that child's exit status, or -1 if a signal killed it;
+	// Signal is that signal (0 if it exited).
+	Status int
+	Signal syscall.Signal
+	// Interrupted is the user's SIGINT or SIGTERM that Launch forwarded
+	// to the children (SIGTERM for a cancelled ctx), nil if none came.
+	Interrupted os.Signal
+}
+
+func (e *JobError) Error() string {
+	var how string
+	switch {
+	case e.Signal != 0:
+		how = fmt.Sprintf("rank %d was killed by signal %d (%v)", e.Rank, int(e.Signal), e.Signal)
+	default:
+		how = fmt.Sprintf("rank %d exited with status %d", e.Rank, e.Status)
+	}
+	if e.Interrupted != nil {
+		return fmt.Sprintf("spmd: job interrupted by %v: %s", e.Interrupted, how)
+	}
+	return "spmd: job failed: " + how
+}
+
+// ExitCode maps e to prism's exit codes: 130 for SIGINT and 143 for
+// SIGTERM when the user interrupted the job, 2 when the first rank to fail
+// reported bad usage, else 1.
+func (e *JobError) ExitCode() int {
+	switch {
+	case e.Interrupted == syscall.SIGINT:
+		return 130
+	case e.Interrupted == syscall.SIGTERM:
+		return 143
+	case e.Status == 2:
+		return 2
+	}
+	return 1
 }
 
 // withoutRankVars drops the rank variables from env: a launcher started
@@ -143,7 +208,7 @@ func withoutRankVars(env []string) []string {
 	for _, kv := range env {
 		name, _, _ := strings.Cut(kv, "=")
 		switch name {
-		case EnvRank, EnvSize, EnvLocalRank, EnvRendezvous, EnvCPUs:
+		case EnvRank, EnvSize, EnvLocalRank, EnvRendezvous, EnvCPUs, EnvJobToken:
 			continue
 		}
 		out = append(out, kv)
@@ -179,28 +244,40 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 
 // childExit is how one child ended.
 type childExit struct {
-	rank int
-	code int    // exit status, or 128+signal
-	how  string // for the abort notice
+	rank   int
+	status int            // exit status, -1 if killed by a signal
+	signal syscall.Signal // the signal that killed it
+	how    string         // for the abort notice
+}
+
+func (e childExit) failed() bool { return e.status != 0 }
+
+// code is the child's status as a shell reports it (128+signal), for the
+// abort notice.
+func (e childExit) code() int {
+	if e.signal != 0 {
+		return 128 + int(e.signal)
+	}
+	return e.status
 }
 
 func reap(rank int, cmd *exec.Cmd) childExit {
 	err := cmd.Wait()
 	st := cmd.ProcessState
 	if st == nil {
-		return childExit{rank: rank, code: 1, how: fmt.Sprintf("rank %d could not be waited for: %v", rank, err)}
+		return childExit{rank: rank, status: 1, how: fmt.Sprintf("rank %d could not be waited for: %v", rank, err)}
 	}
 	if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 		sig := ws.Signal()
-		return childExit{rank: rank, code: 128 + int(sig), how: fmt.Sprintf("rank %d killed by signal %d (%v)", rank, int(sig), sig)}
+		return childExit{rank: rank, status: -1, signal: sig, how: fmt.Sprintf("rank %d killed by signal %d (%v)", rank, int(sig), sig)}
 	}
 	code := st.ExitCode()
-	return childExit{rank: rank, code: code, how: fmt.Sprintf("rank %d exited with status %d", rank, code)}
+	return childExit{rank: rank, status: code, how: fmt.Sprintf("rank %d exited with status %d", rank, code)}
 }
 
 // supervise waits for every child, forwarding signals and bringing the
-// others down when one fails, and returns the job's exit code.
-func supervise(ctx context.Context, dir string, children []*exec.Cmd, signals <-chan os.Signal, grace time.Duration) int {
+// others down when one fails, and returns how the job failed, or nil.
+func supervise(ctx context.Context, dir string, children []*exec.Cmd, signals <-chan os.Signal, grace time.Duration) *JobError {
 	exits := make(chan childExit, len(children))
 	for i, cmd := range children {
 		go func() { exits <- reap(i, cmd) }()
@@ -219,9 +296,10 @@ func supervise(ctx context.Context, dir string, children []*exec.Cmd, signals <-
 		}
 	}
 	var (
-		code     int
-		deadline <-chan time.Time // armed once something went wrong
-		timer    *time.Timer
+		first       *childExit // the first child to fail
+		interrupted os.Signal
+		deadline    <-chan time.Time // armed once something went wrong
+		timer       *time.Timer
 	)
 	arm := func() {
 		if timer == nil {
@@ -240,12 +318,12 @@ func supervise(ctx context.Context, dir string, children []*exec.Cmd, signals <-
 		case e := <-exits:
 			running[e.rank] = false
 			left--
-			if e.code != 0 && code == 0 {
-				code = e.code
+			if e.failed() && first == nil {
+				first = &e
 				if left > 0 {
 					// Should the notice fail to appear, the others still
 					// get killed after the grace period.
-					_ = writeAbortFile(dir, e.rank, e.code, e.how, "launch."+strconv.Itoa(os.Getpid()))
+					_ = writeAbortFile(dir, e.rank, e.code(), e.how, "launch."+strconv.Itoa(os.Getpid()))
 					arm()
 				}
 			}
@@ -254,9 +332,15 @@ func supervise(ctx context.Context, dir string, children []*exec.Cmd, signals <-
 				signals = nil
 				continue
 			}
+			if interrupted == nil && (sig == syscall.SIGINT || sig == syscall.SIGTERM) && first == nil {
+				interrupted = sig
+			}
 			signalAll(sig)
 		case <-done:
 			done = nil
+			if interrupted == nil && first == nil {
+				interrupted = syscall.SIGTERM
+			}
 			signalAll(syscall.SIGTERM)
 			arm()
 		case <-deadline:
@@ -264,5 +348,8 @@ func supervise(ctx context.Context, dir string, children []*exec.Cmd, signals <-
 			signalAll(os.Kill)
 		}
 	}
-	return code
+	if first == nil {
+		return nil
+	}
+	return &JobError{Rank: first.rank, Status: first.status, Signal: first.signal, Interrupted: interrupted}
 }

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -47,6 +48,7 @@ func launchChild(mode string) int {
 	ctx := context.Background()
 	c, err := NewRendezvous(ctx, RendezvousConfig{
 		Dir:       os.Getenv(EnvRendezvous),
+		Token:     os.Getenv(EnvJobToken),
 		Rank:      rank,
 		Size:      size,
 		Timeout:   20 * time.Second,
@@ -82,10 +84,15 @@ func launchChild(mode string) int {
 				}
 			}
 		}
+		claim, err := os.ReadFile(filepath.Join(os.Getenv(EnvRendezvous), jobFile))
+		if err != nil {
+			return fail(err)
+		}
 		if err := c.Close(); err != nil {
 			return fail(err)
 		}
-		report("done")
+		token, _, _ := strings.Cut(string(claim), "\n")
+		report("done %s %s", os.Getenv(EnvJobToken), token)
 		return 0
 	case "exit3":
 		if rank == 1 {
@@ -114,6 +121,28 @@ func launchChild(mode string) int {
 	case "term":
 		report("ready")
 		time.Sleep(time.Hour)
+	case "trap":
+		// Finishes cleanly on the interrupt, as a rank that had little
+		// left to do would.
+		sigs := make(chan os.Signal, 1)
+		signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+		report("ready")
+		<-sigs
+		return 0
+	case "exit2":
+		if rank == 0 {
+			return 2 // bad usage, as main reports it
+		}
+		c.Barrier(ctx)
+		return 1
+	case "selfterm":
+		// A SIGTERM that is not the user's interrupt of the launcher.
+		if rank == 1 {
+			syscall.Kill(os.Getpid(), syscall.SIGTERM)
+			time.Sleep(time.Hour)
+		}
+		c.Barrier(ctx)
+		return 1
 	}
 	return fail(fmt.Errorf("unknown mode %q", mode))
 }
@@ -156,8 +185,12 @@ func startLaunch(t *testing.T, ctx context.Context, mode string, n int, grace ti
 			if output.Len() > 0 {
 				t.Logf("children's output:\n%s", output.String())
 			}
-			if r.err != nil {
+			var je *JobError
+			if r.err != nil && !errors.As(r.err, &je) {
 				t.Fatalf("Launch: %v", r.err)
+			}
+			if (r.code == 0) != (r.err == nil) {
+				t.Errorf("Launch returned %d with error %v", r.code, r.err)
 			}
 			if left, _ := os.ReadDir(tmp); len(left) != 0 {
 				t.Errorf("Launch left %v in its TmpDir", left)
@@ -191,23 +224,41 @@ func reports(t *testing.T, out string, ranks ...int) map[int]string {
 	return got
 }
 
+// TestLaunchOK: a job whose ranks all succeed, twice. Every rank of a job
+// gets the same job token, which its rendezvous directory records, and the
+// two jobs get different ones.
 func TestLaunchOK(t *testing.T) {
-	out, wait := startLaunch(t, context.Background(), "ok", 4, 0, nil)
-	if r := wait(); r.code != 0 {
-		t.Fatalf("exit code %d, want 0", r.code)
-	}
-	for r, rep := range reports(t, out, 0, 1, 2, 3) {
-		if rep != "done" {
-			t.Errorf("rank %d: %q", r, rep)
+	var tokens []string
+	for range 2 {
+		out, wait := startLaunch(t, context.Background(), "ok", 4, 0, nil)
+		if r := wait(); r.code != 0 || r.err != nil {
+			t.Fatalf("exit code %d, %v; want 0", r.code, r.err)
 		}
+		want := ""
+		for r, rep := range reports(t, out, 0, 1, 2, 3) {
+			var env, file string
+			if _, err := fmt.Sscanf(rep, "done %s %s", &env, &file); err != nil || env != file || !strings.HasPrefix(env, "launch-") {
+				t.Errorf("rank %d: %q, want done and its token twice", r, rep)
+			}
+			if want == "" {
+				want = env
+			} else if env != want {
+				t.Errorf("rank %d has token %q, rank 0 %q", r, env, want)
+			}
+		}
+		tokens = append(tokens, want)
+	}
+	if tokens[0] == tokens[1] {
+		t.Errorf("two jobs got the same token %q", tokens[0])
 	}
 }
 
 func TestLaunchChildFails(t *testing.T) {
 	out, wait := startLaunch(t, context.Background(), "exit3", 4, 5*time.Second, nil)
 	r := wait()
-	if r.code != 3 {
-		t.Errorf("exit code %d, want 3", r.code)
+	var je *JobError
+	if r.code != 1 || !errors.As(r.err, &je) || je.Rank != 1 || je.Status != 3 || je.Interrupted != nil {
+		t.Errorf("exit code %d, %v; want 1 naming rank 1's status 3", r.code, r.err)
 	}
 	if r.took > slack {
 		t.Errorf("Launch took %v", r.took)
@@ -223,8 +274,13 @@ func TestLaunchChildKilled(t *testing.T) {
 	const grace = time.Second
 	out, wait := startLaunch(t, context.Background(), "kill", 4, grace, nil)
 	r := wait()
-	if r.code != 128+int(syscall.SIGKILL) {
-		t.Errorf("exit code %d, want %d", r.code, 128+int(syscall.SIGKILL))
+	// A rank the kernel killed is a failed rank, not an interrupted job.
+	var je *JobError
+	if r.code != 1 || !errors.As(r.err, &je) || je.Rank != 2 || je.Signal != syscall.SIGKILL || je.Status != -1 || je.Interrupted != nil {
+		t.Errorf("exit code %d, %v; want 1 naming rank 2 killed by SIGKILL", r.code, r.err)
+	}
+	if r.err != nil && !strings.Contains(r.err.Error(), "rank 2 was killed by signal 9 (killed)") {
+		t.Errorf("message %q", r.err)
 	}
 	if r.took > grace+slack {
 		t.Errorf("Launch took %v", r.took)
@@ -245,8 +301,9 @@ func TestLaunchForwardsSignals(t *testing.T) {
 	out, wait := startLaunch(t, context.Background(), "term", 3, 0, signals)
 	reports(t, out, 0, 1, 2) // every child is up
 	signals <- syscall.SIGTERM
-	if r := wait(); r.code != 128+int(syscall.SIGTERM) {
-		t.Errorf("exit code %d, want %d", r.code, 128+int(syscall.SIGTERM))
+	var je *JobError
+	if r := wait(); r.code != 143 || !errors.As(r.err, &je) || je.Interrupted != syscall.SIGTERM || je.Signal != syscall.SIGTERM {
+		t.Errorf("exit code %d, %v; want 143, interrupted by SIGTERM", r.code, r.err)
 	}
 }
 
@@ -256,8 +313,50 @@ func TestLaunchCancel(t *testing.T) {
 	out, wait := startLaunch(t, ctx, "term", 2, 0, nil)
 	reports(t, out, 0, 1)
 	cancel()
-	if r := wait(); r.code != 128+int(syscall.SIGTERM) {
-		t.Errorf("exit code %d, want %d", r.code, 128+int(syscall.SIGTERM))
+	var je *JobError
+	if r := wait(); r.code != 143 || !errors.As(r.err, &je) || je.Interrupted != syscall.SIGTERM {
+		t.Errorf("exit code %d, %v; want 143, interrupted by SIGTERM", r.code, r.err)
+	}
+}
+
+// TestLaunchExitCodes: the launcher's exit code follows prism's contract,
+// whatever the children's statuses: 2 passes through as bad usage, 130/143
+// only for the user's interrupt, 1 for any other failure (a rank's own
+// SIGTERM included), 0 when every rank ends cleanly, even interrupted.
+func TestLaunchExitCodes(t *testing.T) {
+	for _, tc := range []struct {
+		mode      string
+		interrupt os.Signal // sent to the launcher once every rank is up
+		code      int
+		rank      int // first rank to fail
+		status    int
+		signal    syscall.Signal
+	}{
+		{mode: "exit2", code: 2, rank: 0, status: 2},
+		{mode: "selfterm", code: 1, rank: 1, status: -1, signal: syscall.SIGTERM},
+		{mode: "term", interrupt: syscall.SIGINT, code: 130, status: -1, signal: syscall.SIGINT},
+		{mode: "trap", interrupt: syscall.SIGTERM, code: 0},
+	} {
+		t.Run(tc.mode, func(t *testing.T) {
+			signals := make(chan os.Signal, 1)
+			out, wait := startLaunch(t, context.Background(), tc.mode, 3, 5*time.Second, signals)
+			if tc.interrupt != nil {
+				reports(t, out, 0, 1, 2)
+				signals <- tc.interrupt
+			}
+			r := wait()
+			var je *JobError
+			if r.code != tc.code {
+				t.Errorf("exit code %d (%v), want %d", r.code, r.err, tc.code)
+			}
+			if tc.code == 0 {
+				return
+			}
+			if !errors.As(r.err, &je) || je.Status != tc.status || je.Signal != tc.signal || je.Interrupted != tc.interrupt ||
+				(tc.interrupt == nil && je.Rank != tc.rank) || je.ExitCode() != tc.code {
+				t.Errorf("error %#v, want rank %d status %d signal %v interrupted %v", r.err, tc.rank, tc.status, tc.signal, tc.interrupt)
+			}
+		})
 	}
 }
 
@@ -276,7 +375,7 @@ func TestLaunchBadConfig(t *testing.T) {
 }
 
 func TestWithoutRankVars(t *testing.T) {
-	env := withoutRankVars([]string{"A=1", EnvRank + "=3", EnvSize + "=4", EnvLocalRank + "=0", EnvRendezvous + "=/x", "PRISM_RANKS=ok"})
+	env := withoutRankVars([]string{"A=1", EnvRank + "=3", EnvSize + "=4", EnvLocalRank + "=0", EnvRendezvous + "=/x", EnvJobToken + "=t", "PRISM_RANKS=ok"})
 	if got := strings.Join(env, " "); got != "A=1 PRISM_RANKS=ok" {
 		t.Errorf("got %q", got)
 	}

@@ -24,6 +24,7 @@ package spmd
 #include <stdint.h>
 #include <stddef.h>
 #include <stdlib.h>
+#include <time.h>
 #include <mpi.h>
 
 enum { PRISM_INT64 = 0, PRISM_DOUBLE = 1, PRISM_BYTE = 2 };
@@ -83,8 +84,8 @@ static int prism_comm_free(int h) {
 	MPI_Comm c = prism_comm(h);
 	return MPI_Comm_free(&c);
 }
-// prism_comm_split and prism_comm_split_shared report MPI_COMM_NULL through
-// *isnull rather than a sentinel handle: Fortran handles may be any int.
+// prism_comm_split reports MPI_COMM_NULL through *isnull rather than a
+// sentinel handle: Fortran handles may be any int.
 static int prism_comm_split(int h, int color, int key, int *out, int *isnull) {
 	MPI_Comm c;
 	int rc = MPI_Comm_split(prism_comm(h), color, key, &c);
@@ -92,51 +93,113 @@ static int prism_comm_split(int h, int color, int key, int *out, int *isnull) {
 	if (!*isnull) *out = (int)MPI_Comm_c2f(c);
 	return rc;
 }
-static int prism_comm_split_shared(int h, int *out, int *isnull) {
-	MPI_Comm c;
-	int rc = MPI_Comm_split_type(prism_comm(h), MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &c);
-	*isnull = rc != MPI_SUCCESS || c == MPI_COMM_NULL;
-	if (!*isnull) *out = (int)MPI_Comm_c2f(c);
-	return rc;
+// Collectives are non-blocking (MPI 3), so that a rank that never joins
+// one cannot hold the others forever: the Go side starts one with a
+// prism_i* call and polls its request (prism_test_for) until it completes
+// or the communicator's timeout passes. The buffers of a pending
+// collective are Go memory pinned with runtime.Pinner, which is what lets
+// MPI keep pointers to them after the call that started it returned.
+static int prism_ibarrier(int h, MPI_Request *r) { return MPI_Ibarrier(prism_comm(h), r); }
+static int prism_iallreduce(int h, void *buf, int n, int dt, int op, MPI_Request *r) {
+	return MPI_Iallreduce(MPI_IN_PLACE, buf, n, prism_dt(dt), prism_op(op), prism_comm(h), r);
+}
+static int prism_ireduce(int h, void *buf, int n, int dt, int op, int root, int isroot, MPI_Request *r) {
+	if (isroot)
+		return MPI_Ireduce(MPI_IN_PLACE, buf, n, prism_dt(dt), prism_op(op), root, prism_comm(h), r);
+	return MPI_Ireduce(buf, NULL, n, prism_dt(dt), prism_op(op), root, prism_comm(h), r);
+}
+static int prism_ibcast(int h, void *buf, int n, int dt, int root, MPI_Request *r) {
+	return MPI_Ibcast(buf, n, prism_dt(dt), root, prism_comm(h), r);
+}
+static int prism_igather(int h, void *sbuf, int n, int dt, void *rbuf, int root, MPI_Request *r) {
+	return MPI_Igather(sbuf, n, prism_dt(dt), rbuf, n, prism_dt(dt), root, prism_comm(h), r);
+}
+static int prism_igatherv(int h, void *sbuf, int n, void *rbuf, int *counts, int *displs, int root, MPI_Request *r) {
+	return MPI_Igatherv(sbuf, n, MPI_BYTE, rbuf, counts, displs, MPI_BYTE, root, prism_comm(h), r);
+}
+static int prism_iallgather(int h, void *sbuf, int n, int dt, void *rbuf, MPI_Request *r) {
+	return MPI_Iallgather(sbuf, n, prism_dt(dt), rbuf, n, prism_dt(dt), prism_comm(h), r);
+}
+static int prism_iallgatherv(int h, void *sbuf, int n, void *rbuf, int *counts, int *displs, MPI_Request *r) {
+	return MPI_Iallgatherv(sbuf, n, MPI_BYTE, rbuf, counts, displs, MPI_BYTE, prism_comm(h), r);
+}
+// prism_comm_idup starts MPI_Comm_idup; *out is written when r completes,
+// so it must stay valid (pinned) until then. prism_c2f gives its handle.
+static int prism_comm_idup(int h, MPI_Comm *out, MPI_Request *r) { return MPI_Comm_idup(prism_comm(h), out, r); }
+static int prism_c2f(MPI_Comm c) { return (int)MPI_Comm_c2f(c); }
+
+// prism_test_for tests r until it completes (*flag set) or seconds have
+// passed. One cgo call for the whole spin: MPI_Test costs about a
+// microsecond, a cgo transition a tenth of that, but a spin of thousands
+// of transitions would also keep the Go scheduler busy.
+static int prism_test_for(MPI_Request *r, double seconds, int *flag) {
+	double end = MPI_Wtime() + seconds;
+	for (;;) {
+		int rc = MPI_Test(r, flag, MPI_STATUS_IGNORE);
+		if (rc != MPI_SUCCESS || *flag || MPI_Wtime() >= end) return rc;
+	}
 }
 
-static int prism_barrier(int h) { return MPI_Barrier(prism_comm(h)); }
-static int prism_allreduce(int h, void *buf, int n, int dt, int op) {
-	return MPI_Allreduce(MPI_IN_PLACE, buf, n, prism_dt(dt), prism_op(op), prism_comm(h));
+// prism_poll is the backoff of a wait: it tests r, then sleeps *delay_us
+// microseconds (doubling up to max_us, carried across calls in *delay_us)
+// between tests, until r completes or seconds have passed. Sleeping here
+// rather than in Go keeps a waiting rank off the Go scheduler, whose
+// wakeups would cost more than the tests.
+static int prism_poll(MPI_Request *r, double seconds, int *delay_us, int max_us, int *flag) {
+	double end = MPI_Wtime() + seconds;
+	for (;;) {
+		int rc = MPI_Test(r, flag, MPI_STATUS_IGNORE);
+		if (rc != MPI_SUCCESS || *flag || MPI_Wtime() >= end) return rc;
+		struct timespec ts = { .tv_sec = *delay_us / 1000000, .tv_nsec = (long)(*delay_us % 1000000) * 1000 };
+		nanosleep(&ts, NULL);
+		*delay_us = *delay_us * 2 > max_us ? max_us : *delay_us * 2;
+	}
 }
-static int prism_reduce(int h, void *buf, int n, int dt, int op, int root, int isroot) {
-	if (isroot)
-		return MPI_Reduce(MPI_IN_PLACE, buf, n, prism_dt(dt), prism_op(op), root, prism_comm(h));
-	return MPI_Reduce(buf, NULL, n, prism_dt(dt), prism_op(op), root, prism_comm(h));
-}
-static int prism_bcast(int h, void *buf, int n, int dt, int root) {
-	return MPI_Bcast(buf, n, prism_dt(dt), root, prism_comm(h));
-}
-static int prism_gather(int h, void *sbuf, int n, int dt, void *rbuf, int root) {
-	return MPI_Gather(sbuf, n, prism_dt(dt), rbuf, n, prism_dt(dt), root, prism_comm(h));
-}
-static int prism_gatherv(int h, void *sbuf, int n, void *rbuf, int *counts, int *displs, int root) {
-	return MPI_Gatherv(sbuf, n, MPI_BYTE, rbuf, counts, displs, MPI_BYTE, root, prism_comm(h));
+
+// prism_world_ranks writes the MPI_COMM_WORLD rank of each of h's n ranks
+// to out (a local call: groups are translated, nothing is sent).
+static int prism_world_ranks(int h, int n, int *out) {
+	MPI_Group g, wg;
+	int rc = MPI_Comm_group(prism_comm(h), &g);
+	if (rc != MPI_SUCCESS) return rc;
+	rc = MPI_Comm_group(MPI_COMM_WORLD, &wg);
+	if (rc != MPI_SUCCESS) {
+		MPI_Group_free(&g);
+		return rc;
+	}
+	int *in = malloc((size_t)n * sizeof(int));
+	if (!in) {
+		rc = MPI_ERR_NO_MEM;
+	} else {
+		for (int i = 0; i < n; i++) in[i] = i;
+		rc = MPI_Group_translate_ranks(g, n, in, wg, out);
+		free(in);
+	}
+	MPI_Group_free(&g);
+	MPI_Group_free(&wg);
+	return rc;
 }
 
 // Alerts (see alert.go's Alerter) travel on a private duplicate of each
 // communicator, so they can never match collective traffic, as two int64:
-// the hash of the tag and the sender's world rank. Buffers MPI keeps using
-// after a nonblocking call returns live in C memory (cgo forbids C from
-// keeping Go pointers).
-enum { PRISM_ALERT_TAG = 0x5052, PRISM_ALERT_WORDS = 2 };
+// the hash of the tag and the sender's world rank. Probes (see doc.go)
+// travel on a private duplicate of MPI_COMM_WORLD: a ping is (probe id,
+// communicator id, sender's world rank), its pong (probe id, collectives
+// entered or -1, the one in progress, the responder's world rank). Buffers
+// MPI keeps using after a nonblocking call returns live in C memory (cgo
+// forbids C from keeping Go pointers it was not given pinned).
+enum {
+	PRISM_ALERT_TAG = 0x5052, PRISM_ALERT_WORDS = 2,
+	PRISM_PING_TAG = 0x5053, PRISM_PING_WORDS = 3,
+	PRISM_PONG_TAG = 0x5054, PRISM_PONG_WORDS = 4,
+	PRISM_REPORT_TAG = 0x5055, PRISM_REPORT_WORDS = 7,
+	PRISM_WORDS = 7, // the longest message
+};
 
-static int prism_comm_dup(int h, int *out) {
-	MPI_Comm c;
-	int rc = MPI_Comm_dup(prism_comm(h), &c);
-	if (rc == MPI_SUCCESS) *out = (int)MPI_Comm_c2f(c);
-	return rc;
-}
-
-// prism_arecv is one posted alert receive.
+// prism_arecv is one posted receive of an alert or a ping.
 typedef struct {
 	MPI_Request req;
-	int64_t msg[PRISM_ALERT_WORDS];
+	int64_t msg[PRISM_WORDS];
 } prism_arecv;
 
 static prism_arecv *prism_arecv_new(void) {
@@ -145,8 +208,8 @@ static prism_arecv *prism_arecv_new(void) {
 	return r;
 }
 static void prism_arecv_free(prism_arecv *r) { free(r); }
-static int prism_arecv_post(int h, prism_arecv *r) {
-	return MPI_Irecv(r->msg, PRISM_ALERT_WORDS, MPI_INT64_T, MPI_ANY_SOURCE, PRISM_ALERT_TAG, prism_comm(h), &r->req);
+static int prism_arecv_post(int h, prism_arecv *r, int tag) {
+	return MPI_Irecv(r->msg, PRISM_WORDS, MPI_INT64_T, MPI_ANY_SOURCE, tag, prism_comm(h), &r->req);
 }
 static int prism_arecv_pending(prism_arecv *r) { return r->req != MPI_REQUEST_NULL; }
 // prism_arecv_test sets *flag when a message arrived (the request is then
@@ -154,37 +217,43 @@ static int prism_arecv_pending(prism_arecv *r) { return r->req != MPI_REQUEST_NU
 static int prism_arecv_test(prism_arecv *r, int *flag) {
 	return MPI_Test(&r->req, flag, MPI_STATUS_IGNORE);
 }
-// prism_arecv_cancel withdraws a pending receive and waits until MPI is done
-// with it; *received says that a message matched it before the cancel did.
-static int prism_arecv_cancel(prism_arecv *r, int *received) {
+// prism_cancel withdraws a pending receive and waits until MPI is done with
+// it; *received says that a message matched it before the cancel did.
+static int prism_cancel(MPI_Request *r, int *received) {
 	*received = 0;
-	if (r->req == MPI_REQUEST_NULL) return MPI_SUCCESS;
-	int rc = MPI_Cancel(&r->req);
+	if (*r == MPI_REQUEST_NULL) return MPI_SUCCESS;
+	int rc = MPI_Cancel(r);
 	if (rc != MPI_SUCCESS) return rc;
 	MPI_Status st;
-	rc = MPI_Wait(&r->req, &st);
+	rc = MPI_Wait(r, &st);
 	if (rc != MPI_SUCCESS) return rc;
 	int cancelled = 0;
 	rc = MPI_Test_cancelled(&st, &cancelled);
 	*received = rc == MPI_SUCCESS && !cancelled;
 	return rc;
 }
+static int prism_arecv_cancel(prism_arecv *r, int *received) { return prism_cancel(&r->req, received); }
 
-// prism_asend is one alert sent to every other rank: the message and the
-// requests of its sends, kept until they complete.
+// prism_asend is one message sent to one or more ranks: the message and
+// the requests of its sends, kept until they complete.
 typedef struct {
 	int n;
-	int64_t msg[PRISM_ALERT_WORDS];
+	int64_t msg[PRISM_WORDS];
 	MPI_Request reqs[];
 } prism_asend;
+
+static prism_asend *prism_asend_new(int n) {
+	prism_asend *s = malloc(sizeof *s + (size_t)n * sizeof(MPI_Request));
+	if (s) s->n = 0;
+	return s;
+}
 
 // prism_alert_send starts an MPI_Isend of (hash, world) to every rank of h
 // but rank; it never blocks. *out is NULL only if malloc failed.
 static int prism_alert_send(int h, int64_t hash, int64_t world, int rank, int size, prism_asend **out) {
-	prism_asend *s = malloc(sizeof *s + (size_t)size * sizeof(MPI_Request));
+	prism_asend *s = prism_asend_new(size);
 	*out = s;
 	if (!s) return MPI_ERR_NO_MEM;
-	s->n = 0;
 	s->msg[0] = hash;
 	s->msg[1] = world;
 	MPI_Comm c = prism_comm(h);
@@ -200,6 +269,36 @@ static int prism_alert_send(int h, int64_t hash, int64_t world, int rank, int si
 	}
 	return rc;
 }
+// prism_report_send starts the MPI_Isend of a report (Reporter) to rank 0
+// of h: the tag's hash, the sender's rank in h and five numbers.
+static int prism_report_send(int h, int64_t hash, int64_t rank, int64_t a, int64_t b, int64_t c, int64_t d, int64_t e, prism_asend **out) {
+	prism_asend *s = prism_asend_new(1);
+	*out = s;
+	if (!s) return MPI_ERR_NO_MEM;
+	s->msg[0] = hash;
+	s->msg[1] = rank;
+	s->msg[2] = a;
+	s->msg[3] = b;
+	s->msg[4] = c;
+	s->msg[5] = d;
+	s->msg[6] = e;
+	int rc = MPI_Isend(s->msg, PRISM_REPORT_WORDS, MPI_INT64_T, 0, PRISM_REPORT_TAG, prism_comm(h), &s->reqs[0]);
+	if (rc == MPI_SUCCESS) s->n = 1;
+	return rc;
+}
+// prism_pong_send starts the MPI_Isend of a pong to world rank to.
+static int prism_pong_send(int h, int to, int64_t id, int64_t entered, int64_t inside, int64_t self, prism_asend **out) {
+	prism_asend *s = prism_asend_new(1);
+	*out = s;
+	if (!s) return MPI_ERR_NO_MEM;
+	s->msg[0] = id;
+	s->msg[1] = entered;
+	s->msg[2] = inside;
+	s->msg[3] = self;
+	int rc = MPI_Isend(s->msg, PRISM_PONG_WORDS, MPI_INT64_T, to, PRISM_PONG_TAG, prism_comm(h), &s->reqs[0]);
+	if (rc == MPI_SUCCESS) s->n = 1;
+	return rc;
+}
 static int prism_asend_test(prism_asend *s, int *done) {
 	return MPI_Testall(s->n, s->reqs, done, MPI_STATUSES_IGNORE);
 }
@@ -212,21 +311,168 @@ static void prism_asend_abandon(prism_asend *s) {
 		if (s->reqs[i] != MPI_REQUEST_NULL) MPI_Request_free(&s->reqs[i]);
 }
 
-// prism_alert_drain receives every alert that has arrived on h and not been
-// received, so none is left pending when h is freed; *n counts them.
-static int prism_alert_drain(int h, int *n) {
+// prism_drain receives every message of tag (MPI_ANY_TAG for all) that has
+// arrived on h and not been received, so none is left pending when h is
+// freed; *n counts them.
+static int prism_drain(int h, int tag, int *n) {
 	MPI_Comm c = prism_comm(h);
 	*n = 0;
 	for (;;) {
 		int flag = 0;
 		MPI_Status st;
-		int rc = MPI_Iprobe(MPI_ANY_SOURCE, PRISM_ALERT_TAG, c, &flag, &st);
+		int rc = MPI_Iprobe(MPI_ANY_SOURCE, tag, c, &flag, &st);
 		if (rc != MPI_SUCCESS || !flag) return rc;
-		int64_t msg[PRISM_ALERT_WORDS];
-		rc = MPI_Recv(msg, PRISM_ALERT_WORDS, MPI_INT64_T, st.MPI_SOURCE, PRISM_ALERT_TAG, c, MPI_STATUS_IGNORE);
+		int64_t msg[PRISM_WORDS];
+		rc = MPI_Recv(msg, PRISM_WORDS, MPI_INT64_T, st.MPI_SOURCE, st.MPI_TAG, c, MPI_STATUS_IGNORE);
 		if (rc != MPI_SUCCESS) return rc;
 		(*n)++;
 	}
+}
+// prism_alert_drain drains the alert communicator: alerts, and reports
+// rank 0 did not collect.
+static int prism_alert_drain(int h, int *n) {
+	int m = 0;
+	int rc = prism_drain(h, PRISM_REPORT_TAG, &m);
+	int rc2 = prism_drain(h, PRISM_ALERT_TAG, n);
+	*n += m;
+	return rc != MPI_SUCCESS ? rc : rc2;
+}
+// prism_report_take receives up to max reports that have arrived on h
+// into out (PRISM_REPORT_WORDS each), oldest first per sender; *n counts
+// them. It never waits.
+static int prism_report_take(int h, int64_t *out, int max, int *n) {
+	MPI_Comm c = prism_comm(h);
+	*n = 0;
+	while (*n < max) {
+		int flag = 0;
+		MPI_Status st;
+		int rc = MPI_Iprobe(MPI_ANY_SOURCE, PRISM_REPORT_TAG, c, &flag, &st);
+		if (rc != MPI_SUCCESS || !flag) return rc;
+		rc = MPI_Recv(out + (size_t)*n * PRISM_REPORT_WORDS, PRISM_REPORT_WORDS, MPI_INT64_T, st.MPI_SOURCE, PRISM_REPORT_TAG, c, MPI_STATUS_IGNORE);
+		if (rc != MPI_SUCCESS) return rc;
+		(*n)++;
+	}
+	return MPI_SUCCESS;
+}
+static int prism_any_tag(void) { return MPI_ANY_TAG; }
+
+// prism_probe is one probe in flight: a ping sent to each target and a
+// receive posted for each target's pong. state[i] is 0 while target i has
+// not answered, 1 once it has, 2 if its receive could not be posted.
+typedef struct {
+	int n;
+	int64_t id;
+	int *target;
+	int *state;
+	int64_t (*pong)[PRISM_WORDS];
+	MPI_Request *rreq;
+	prism_asend *ping;
+} prism_probe;
+
+static void prism_probe_free(prism_probe *p) {
+	if (!p) return;
+	free(p->target);
+	free(p->state);
+	free(p->pong);
+	free(p->rreq);
+	free(p);
+}
+
+// prism_probe_start pings every target (world ranks) on h and posts the
+// receives of their pongs. *out is NULL only if malloc failed.
+static int prism_probe_start(int h, int *targets, int n, int64_t id, int64_t comm, int64_t self, prism_probe **out) {
+	prism_probe *p = calloc(1, sizeof *p);
+	*out = p;
+	if (!p) return MPI_ERR_NO_MEM;
+	p->n = n;
+	p->id = id;
+	p->target = malloc((size_t)n * sizeof(int));
+	p->state = calloc((size_t)n, sizeof(int));
+	p->pong = calloc((size_t)n, sizeof *p->pong);
+	p->rreq = malloc((size_t)n * sizeof(MPI_Request));
+	p->ping = prism_asend_new(n);
+	if (!p->target || !p->state || !p->pong || !p->rreq || !p->ping) {
+		free(p->ping);
+		prism_probe_free(p);
+		*out = NULL;
+		return MPI_ERR_NO_MEM;
+	}
+	MPI_Comm c = prism_comm(h);
+	int rc = MPI_SUCCESS;
+	for (int i = 0; i < n; i++) {
+		p->target[i] = targets[i];
+		p->rreq[i] = MPI_REQUEST_NULL;
+		int e = MPI_Irecv(p->pong[i], PRISM_WORDS, MPI_INT64_T, targets[i], PRISM_PONG_TAG, c, &p->rreq[i]);
+		if (e != MPI_SUCCESS) {
+			p->state[i] = 2;
+			if (rc == MPI_SUCCESS) rc = e;
+		}
+	}
+	p->ping->msg[0] = id;
+	p->ping->msg[1] = comm;
+	p->ping->msg[2] = self;
+	for (int i = 0; i < n; i++) {
+		int e = MPI_Isend(p->ping->msg, PRISM_PING_WORDS, MPI_INT64_T, targets[i], PRISM_PING_TAG, c, &p->ping->reqs[p->ping->n]);
+		if (e == MPI_SUCCESS)
+			p->ping->n++;
+		else if (rc == MPI_SUCCESS)
+			rc = e;
+	}
+	return rc;
+}
+
+// prism_probe_test takes the pongs that have arrived; a pong of an earlier
+// probe (its answer came too late) is dropped and the receive posted
+// again. *left counts the targets still silent.
+static int prism_probe_test(int h, prism_probe *p, int *left) {
+	MPI_Comm c = prism_comm(h);
+	int rc = MPI_SUCCESS;
+	*left = 0;
+	for (int i = 0; i < p->n; i++) {
+		if (p->state[i] != 0) continue;
+		for (;;) {
+			int flag = 0;
+			int e = MPI_Test(&p->rreq[i], &flag, MPI_STATUS_IGNORE);
+			if (e != MPI_SUCCESS) {
+				p->state[i] = 2;
+				rc = e;
+				break;
+			}
+			if (!flag) {
+				(*left)++;
+				break;
+			}
+			if (p->pong[i][0] == p->id) {
+				p->state[i] = 1;
+				break;
+			}
+			e = MPI_Irecv(p->pong[i], PRISM_WORDS, MPI_INT64_T, p->target[i], PRISM_PONG_TAG, c, &p->rreq[i]);
+			if (e != MPI_SUCCESS) {
+				p->state[i] = 2;
+				rc = e;
+				break;
+			}
+		}
+	}
+	return rc;
+}
+
+// prism_probe_end cancels the receives still posted (a pong that matched
+// one before the cancel counts), and frees the pings if their sends are
+// done, else abandons them to MPI. p itself stays for the caller to read.
+static void prism_probe_end(prism_probe *p) {
+	for (int i = 0; i < p->n; i++) {
+		if (p->state[i] != 0) continue;
+		int received = 0;
+		if (prism_cancel(&p->rreq[i], &received) == MPI_SUCCESS && received && p->pong[i][0] == p->id)
+			p->state[i] = 1;
+	}
+	int done = 0;
+	if (prism_asend_test(p->ping, &done) == MPI_SUCCESS && done)
+		prism_asend_free(p->ping);
+	else
+		prism_asend_abandon(p->ping); // leaked on purpose: MPI may still read it
+	p->ping = NULL;
 }
 */
 import "C"
@@ -234,12 +480,15 @@ import "C"
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/fnv"
 	"math"
 	"os"
 	"runtime"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -251,10 +500,15 @@ import (
 // communicator from NewMPI, or a sub-communicator from Split.
 //
 // Its communicators run with MPI_ERRORS_RETURN, so a failed MPI call returns
-// an *MPIError instead of aborting the job. Collectives check their context
-// before they start, but an MPI call in progress cannot be cancelled: a
-// collective that some rank never joins blocks until the job is aborted
-// (use Abort, or let mpirun/the scheduler kill the job).
+// an *MPIError instead of aborting the job. Every collective is bounded by
+// the communicator's timeout (SetTimeout; default 3 minutes): it runs as a
+// non-blocking MPI collective polled until it completes, the timeout
+// passes, or ctx is done. On the timeout it returns a *TimeoutError naming
+// the ranks that had not arrived, found by probing them (doc.go). A
+// collective that does not complete cannot be withdrawn from MPI, so the
+// communicator is then out of step: later collectives on it fail at once,
+// Close leaves it allocated, and closing the world communicator skips
+// MPI_Finalize. The caller should Abort, which takes the job down.
 //
 // All ranks must call collectives with the same root, operator, element
 // count (for reductions) and color validity; argument errors found before
@@ -273,6 +527,32 @@ type MPI struct {
 	// alerts (Alerter); al is the alert state.
 	ah C.int
 	al mpiAlerts
+
+	// id names the communicator alike on every member (the world is 0,
+	// Split derives the others from it), so that a probe can ask a peer
+	// about it; name is how errors call it.
+	id   uint64
+	name string
+	// members are the world ranks of the communicator's ranks; nil for
+	// the world, where they are the ranks themselves.
+	members []int
+	timeout atomic.Int64 // nanoseconds
+	// entered counts the collectives this rank has entered on the
+	// communicator, and inside is the collOp of the one in progress:
+	// what this rank's responder tells a prober.
+	entered atomic.Uint64
+	inside  atomic.Uint32
+	// err is the cause of the collective this rank abandoned (timed out,
+	// or its ctx was done), after which the communicator is out of step.
+	err error
+
+	// The state of the collective in progress; collectives on one
+	// communicator never overlap (Comm's contract), so one set suffices.
+	req     C.MPI_Request
+	flag    C.int          // MPI_Test's, here so it is not allocated per call
+	pin     runtime.Pinner // the buffers MPI holds until req completes
+	words   [2]int64       // Gather's and Bcast's length words, pinned with m
+	newComm C.MPI_Comm     // MPI_Comm_idup's result, likewise
 }
 
 var _ Comm = (*MPI)(nil)
@@ -290,9 +570,23 @@ type mpiProcess struct {
 	// finalized is set before MPI_Finalize starts: from then on no MPI call
 	// may be made, so methods check it and fail instead of crashing.
 	finalized atomic.Bool
-	// subs are the communicators from Split not closed yet: closing the
-	// world stops their alert watchers before MPI_Finalize.
-	subs map[*MPI]struct{}
+
+	// commsMu guards comms, the communicators not closed yet (the world
+	// and those from Split): closing the world stops their alert watchers
+	// before MPI_Finalize, and the probe responder looks them up by id.
+	// It is not mu, which Close holds across MPI_Finalize.
+	commsMu sync.Mutex
+	comms   map[*MPI]struct{}
+	splits  int // communicators made by Split, for their names
+	// hosts is every world rank's host, gathered when MPI is set up.
+	hosts []string
+	// probe answers and sends probes; nil until the world is set up and
+	// after it is closed.
+	probe atomic.Pointer[mpiProber]
+	// abandoned are the communicators with a collective that never
+	// completed; kept here, with their pinned buffers, for the life of the
+	// process. Any of them makes closing the world skip MPI_Finalize.
+	abandoned []*MPI
 }
 
 var mpiState mpiProcess
@@ -312,6 +606,10 @@ func MPIAvailable() bool { return true }
 // between OS threads, so any weaker level would force every MPI call onto one
 // locked thread. If the library provides less, NewMPI finalizes MPI and
 // fails.
+//
+// Setting up the world is itself a few collectives (the hosts of all ranks
+// are gathered, the alert and probe communicators duplicated), bounded by
+// the default timeout; SetTimeout applies to what follows.
 func NewMPI() (*MPI, error) {
 	s := &mpiState
 	s.mu.Lock()
@@ -347,15 +645,15 @@ func NewMPI() (*MPI, error) {
 		return nil, err
 	}
 
-	w := &MPI{h: C.prism_world(), world: true}
-	if err := w.setup(); err != nil {
-		if s.owned {
+	w := &MPI{h: C.prism_world(), world: true, name: "world", host: processorName()}
+	if err := w.setup(context.Background()); err != nil {
+		s.stopProbe()
+		if s.owned && len(s.abandoned) == 0 {
 			s.finalized.Store(true)
-			s.finalizeOnLockedThread()
+			s.finalizeOnLockedThread(defaultTimeout)
 		}
 		return nil, err
 	}
-	w.host = processorName()
 	s.world = w
 	return w, nil
 }
@@ -365,6 +663,7 @@ func NewMPI() (*MPI, error) {
 // standard wants Finalize called by the thread that initialized MPI, and Go
 // gives no other way to guarantee a thread across calls.
 func (s *mpiProcess) initOnLockedThread() error {
+	defer tuneOpenMPI()()
 	type result struct{ rc, provided C.int }
 	done := make(chan result)
 	s.finalize = make(chan chan error)
@@ -391,18 +690,51 @@ func (s *mpiProcess) initOnLockedThread() error {
 		// together, and mpirun does not report ranks that exited without
 		// finalizing.
 		s.finalized.Store(true)
-		s.finalizeOnLockedThread()
+		s.finalizeOnLockedThread(defaultTimeout)
 		return threadLevelError(r.provided)
 	}
 	return nil
 }
 
+// ompiIreduceAlgorithm is the OpenMPI MCA variable choosing libnbc's
+// MPI_Ireduce algorithm. For jobs of at most 4 ranks and messages of 64 KiB
+// or more, libnbc picks a chain of 8 KiB segments, which needs a progress
+// round per segment: a histogram's count array (270 KiB) then took 0.5-1 ms
+// to reduce at -np 2 instead of the 40-80 us of a blocking MPI_Reduce.
+// Binomial (2), what libnbc picks for larger jobs anyway, takes 50-75 us.
+const ompiIreduceAlgorithm = "OMPI_MCA_coll_libnbc_ireduce_algorithm"
+
+// tuneOpenMPI sets ompiIreduceAlgorithm for MPI_Init unless the user chose
+// a value, and returns the function that restores the environment, so that
+// processes prism starts later do not inherit it. Other MPI libraries
+// ignore the variable.
+func tuneOpenMPI() (restore func()) {
+	if _, set := os.LookupEnv(ompiIreduceAlgorithm); set {
+		return func() {}
+	}
+	os.Setenv(ompiIreduceAlgorithm, "2")
+	return func() { os.Unsetenv(ompiIreduceAlgorithm) }
+}
+
 // finalizeOnLockedThread runs MPI_Finalize on the thread that initialized
-// MPI. The caller holds mpiState.mu and has set finalized.
-func (s *mpiProcess) finalizeOnLockedThread() error {
-	reply := make(chan error)
+// MPI, waiting at most timeout: MPI_Finalize synchronizes with every rank
+// (OpenMPI runs a fence in it), so a rank that is stopped or hung would
+// hold it forever. After a timeout it fails and the thread stays in
+// MPI_Finalize; the process should exit, which mpirun takes for a rank that
+// died and ends the job. The caller holds mpiState.mu and has set
+// finalized.
+func (s *mpiProcess) finalizeOnLockedThread(timeout time.Duration) error {
+	reply := make(chan error, 1) // the thread may answer after we gave up
 	s.finalize <- reply
-	return <-reply
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case err := <-reply:
+		return err
+	case <-t.C:
+		return fmt.Errorf("spmd: mpi: MPI_Finalize did not return within %v: a rank has not reached it "+
+			"(stopped, hung, or still running); exit the process, and mpirun ends the job: %w", timeout, ErrTimeout)
+	}
 }
 
 func threadLevelError(provided C.int) error {
@@ -419,10 +751,14 @@ func threadLevelError(provided C.int) error {
 		"(use an MPI built with thread support, e.g. OpenMPI >= 3 or MPICH with --enable-threads=multiple)", name)
 }
 
-// setup makes m's MPI failures return instead of abort, and caches rank,
-// size and local rank: they never change, and the local rank costs a
-// collective (MPI_Comm_split_type) that must not run at every call.
-func (m *MPI) setup() error {
+// setup makes m's MPI failures return instead of abort, caches rank and
+// size, registers m for probes, and runs the communicator's setup
+// collectives, bounded like any other (collective #1 of m, so that a probe
+// made while it hangs can tell who has not reached it): on the world it
+// duplicates the probe communicator and gathers every rank's host; on every
+// communicator it duplicates the alert communicator. m.id, m.host,
+// m.worldRank (for Split's) and m.members are set by the caller.
+func (m *MPI) setup(ctx context.Context) error {
 	if err := mpiCheck("MPI_Comm_set_errhandler", C.prism_set_errors_return(m.h)); err != nil {
 		return err
 	}
@@ -433,35 +769,149 @@ func (m *MPI) setup() error {
 	if err := mpiCheck("MPI_Comm_size", C.prism_comm_size(m.h, &size)); err != nil {
 		return err
 	}
-	var shm, isnull C.int
-	if err := mpiCheck("MPI_Comm_split_type", C.prism_comm_split_shared(m.h, &shm, &isnull)); err != nil {
-		return err
+	m.rank, m.size = int(rank), int(size)
+	if m.world {
+		m.worldRank = m.rank
 	}
-	if isnull != 0 {
-		return errors.New("spmd: mpi: MPI_Comm_split_type(MPI_COMM_TYPE_SHARED) returned MPI_COMM_NULL")
+	if m.timeout.Load() == 0 {
+		m.timeout.Store(int64(defaultTimeout))
 	}
-	var local C.int
-	err := mpiCheck("MPI_Comm_rank", C.prism_comm_rank(shm, &local))
-	if ferr := mpiCheck("MPI_Comm_free", C.prism_comm_free(shm)); err == nil {
-		err = ferr
-	}
+	s := &mpiState
+	s.register(m)
+	deadline, err := m.begin(ctx, collSetup)
 	if err != nil {
+		s.unregister(m)
 		return err
+	}
+	if m.world {
+		err = m.setupWorld(ctx, deadline)
 	}
 	// The alert communicator comes last, so that nothing can fail after it
 	// exists and leak it.
 	var ah C.int
-	if err := mpiCheck("MPI_Comm_dup", C.prism_comm_dup(m.h, &ah)); err != nil {
-		return err
+	if err == nil {
+		ah, err = m.dup(ctx, deadline)
 	}
-	if err := mpiCheck("MPI_Comm_set_errhandler", C.prism_set_errors_return(ah)); err != nil {
-		C.prism_comm_free(ah)
+	if err = m.end(err); err != nil {
+		if m.err == nil {
+			s.unregister(m)
+		}
 		return err
 	}
 	m.ah = ah
-	m.rank, m.size, m.localRank = int(rank), int(size), int(local)
-	if m.world {
-		m.worldRank = m.rank
+	host := s.hosts[m.worldRank]
+	for r := range m.rank {
+		if s.hosts[m.worldOf(r)] == host {
+			m.localRank++
+		}
+	}
+	return nil
+}
+
+// setupWorld makes the probe communicator and starts its responder, then
+// gathers every rank's host (processor name): a rank that stops answering
+// is named with its host, and LocalRank counts the ranks on the same one.
+func (m *MPI) setupWorld(ctx context.Context, deadline time.Time) error {
+	ph, err := m.dup(ctx, deadline)
+	if err != nil {
+		return err
+	}
+	mpiState.startProbe(ph, m.rank, m.size)
+
+	name := []byte(m.host)
+	m.words[0] = int64(len(name))
+	lens := make([]int64, m.size)
+	m.pin.Pin(&m.words)
+	m.pin.Pin(&lens[0])
+	if err := m.await(ctx, deadline, "MPI_Iallgather",
+		C.prism_iallgather(m.h, unsafe.Pointer(&m.words[0]), 1, C.PRISM_INT64, unsafe.Pointer(&lens[0]), &m.req)); err != nil {
+		return err
+	}
+	counts, displs := make([]C.int, m.size), make([]C.int, m.size)
+	total := 0
+	for r, l := range lens {
+		if l < 0 || l > C.PRISM_MAX_PROCESSOR_NAME {
+			return fmt.Errorf("spmd: mpi: rank %d sent a host name of %d bytes", r, l)
+		}
+		counts[r], displs[r] = C.int(l), C.int(total)
+		total += int(l)
+	}
+	buf := make([]byte, total+1) // never empty, so &buf[0] exists
+	if len(name) == 0 {
+		name = buf[total:] // nothing to send, but a valid pointer
+	}
+	m.pin.Pin(&name[0])
+	m.pin.Pin(&buf[0])
+	m.pin.Pin(&counts[0])
+	m.pin.Pin(&displs[0])
+	if err := m.await(ctx, deadline, "MPI_Iallgatherv",
+		C.prism_iallgatherv(m.h, unsafe.Pointer(&name[0]), C.int(m.words[0]), unsafe.Pointer(&buf[0]),
+			(*C.int)(unsafe.Pointer(&counts[0])), (*C.int)(unsafe.Pointer(&displs[0])), &m.req)); err != nil {
+		return err
+	}
+	hosts := make([]string, m.size)
+	for r := range hosts {
+		hosts[r] = string(buf[displs[r] : displs[r]+counts[r]])
+	}
+	mpiState.hosts = hosts
+	return nil
+}
+
+// dup returns the Fortran handle of a duplicate of m (MPI_Comm_idup) that
+// returns its errors.
+func (m *MPI) dup(ctx context.Context, deadline time.Time) (C.int, error) {
+	m.pin.Pin(&m.newComm)
+	if err := m.await(ctx, deadline, "MPI_Comm_idup", C.prism_comm_idup(m.h, &m.newComm, &m.req)); err != nil {
+		return 0, err
+	}
+	h := C.prism_c2f(m.newComm)
+	if err := mpiCheck("MPI_Comm_set_errhandler", C.prism_set_errors_return(h)); err != nil {
+		C.prism_comm_free(h)
+		return 0, err
+	}
+	return h, nil
+}
+
+// worldOf is the world rank of m's rank r.
+func (m *MPI) worldOf(r int) int {
+	if m.members == nil {
+		return r
+	}
+	return m.members[r]
+}
+
+// hostOf is the host of world rank w, "unknown" before the hosts are known.
+func hostOf(w int) string {
+	if h := mpiState.hosts; w >= 0 && w < len(h) {
+		return h[w]
+	}
+	return "unknown"
+}
+
+func (s *mpiProcess) register(m *MPI) {
+	s.commsMu.Lock()
+	defer s.commsMu.Unlock()
+	if s.comms == nil {
+		s.comms = map[*MPI]struct{}{}
+	}
+	s.comms[m] = struct{}{}
+}
+
+func (s *mpiProcess) unregister(m *MPI) {
+	s.commsMu.Lock()
+	defer s.commsMu.Unlock()
+	delete(s.comms, m)
+}
+
+// lookup returns the open communicator with id, if this process has one.
+// A linear search: a job has a handful of communicators.
+func (s *mpiProcess) lookup(id uint64) *MPI {
+	s.commsMu.Lock()
+	defer s.commsMu.Unlock()
+	for c := range s.comms {
+		if c.id == id {
+			return c
+		}
 	}
 	return nil
 }
@@ -542,9 +992,9 @@ func (m *MPI) Rank() int { return m.rank }
 // Size is the number of ranks in the communicator.
 func (m *MPI) Size() int { return m.size }
 
-// LocalRank is the rank among this communicator's ranks that share memory
-// with this one (MPI_COMM_TYPE_SHARED, i.e. the same host), computed once
-// when the communicator was made.
+// LocalRank is the rank among this communicator's ranks on the same host
+// (equal MPI_Get_processor_name), computed once when the communicator was
+// made from the hosts gathered at MPI's setup.
 func (m *MPI) LocalRank() int { return m.localRank }
 
 // Host is MPI_Get_processor_name (os.Hostname if MPI cannot tell).
@@ -553,16 +1003,146 @@ func (m *MPI) Host() string { return m.host }
 // Kind is "mpi", as the manifest records it.
 func (m *MPI) Kind() string { return "mpi" }
 
-// begin is the common entry check of collectives: a cancelled context, or a
-// communicator that no longer exists, fails before any MPI call is made.
-func (m *MPI) begin(ctx context.Context) error {
+// SetTimeout bounds every later collective on m (and on the communicators
+// Split makes from it) to d; d <= 0 restores the default of 3 minutes. A
+// collective still waiting when d has passed fails with a *TimeoutError.
+// The probe that names the missing ranks adds up to probeWindow(d) (half a
+// second to three seconds) to the time a failing collective takes.
+func (m *MPI) SetTimeout(d time.Duration) {
+	if d <= 0 {
+		d = defaultTimeout
+	}
+	m.timeout.Store(int64(d))
+}
+
+// Timeout is the bound of m's collectives.
+func (m *MPI) Timeout() time.Duration { return time.Duration(m.timeout.Load()) }
+
+// Polling a pending collective: first a spin of MPI_Test (each call runs
+// MPI's progress engine, which under mpi_yield_when_idle also yields the
+// CPU), which is where collectives of ranks already in step complete, then
+// tests between sleeps that double from pollSleepMin to pollSleepMax, in C
+// (prism_poll), in slices of pollSlice after each of which ctx and the
+// deadline are looked at. A rank waiting long for a peer thus costs a few
+// percent of a CPU instead of a whole one, and learns of the completion up
+// to pollSleepMax late: Align exists for the barrier before a timed step,
+// where that skew would count.
+const (
+	pollSpin     = time.Millisecond
+	pollSleepMin = 50 * time.Microsecond
+	pollSleepMax = time.Millisecond
+	pollSlice    = 10 * time.Millisecond
+)
+
+// begin is the common entry of collectives: a cancelled context, a
+// communicator that no longer exists or one out of step fails before any
+// MPI call is made. Otherwise the collective is entered (what a probe of
+// this rank reports) and its deadline returned.
+func (m *MPI) begin(ctx context.Context, op collOp) (time.Time, error) {
 	if err := ctx.Err(); err != nil {
-		return err
+		return time.Time{}, err
 	}
 	if m.closed.Load() || mpiState.finalized.Load() {
-		return errMPIClosed
+		return time.Time{}, errMPIClosed
 	}
-	return nil
+	if m.err != nil {
+		return time.Time{}, fmt.Errorf("spmd: mpi: %v: the %s communicator is out of step after a collective that never completed: %w", op, m.name, m.err)
+	}
+	m.entered.Add(1)
+	m.inside.Store(uint32(op))
+	return time.Now().Add(m.Timeout()), nil
+}
+
+// end closes the collective begin opened and returns err. A collective that
+// was abandoned keeps its buffers pinned and stays "in progress" for probes:
+// MPI may still complete it.
+func (m *MPI) end(err error) error {
+	if m.err == nil {
+		m.pin.Unpin()
+		m.inside.Store(uint32(collNone))
+	}
+	return err
+}
+
+// await waits for the collective that call (an MPI_I* function, which
+// returned rc) started in m.req, until it completes, ctx is done or the
+// deadline passes.
+func (m *MPI) await(ctx context.Context, deadline time.Time, call string, rc C.int) error {
+	return m.awaitSpin(ctx, deadline, pollSpin, call, rc)
+}
+
+// awaitSpin is await with the first spin lasting spin.
+func (m *MPI) awaitSpin(ctx context.Context, deadline time.Time, spin time.Duration, call string, rc C.int) error {
+	if rc != C.PRISM_SUCCESS {
+		// Nothing started: an argument error, alike on every rank.
+		return mpiError(call, rc)
+	}
+	if rc := C.prism_test_for(&m.req, C.double(spin.Seconds()), &m.flag); rc != C.PRISM_SUCCESS {
+		return m.abandon(mpiError("MPI_Test", rc))
+	}
+	if m.flag != 0 {
+		return nil
+	}
+	return m.backoff(ctx, deadline)
+}
+
+// backoff is await after the spin: the rank is waiting for a peer. ctx is
+// looked at between slices, so its end is noticed within pollSlice.
+func (m *MPI) backoff(ctx context.Context, deadline time.Time) error {
+	delay := C.int(pollSleepMin / time.Microsecond)
+	for {
+		if err := ctx.Err(); err != nil {
+			return m.abandon(err)
+		}
+		slice := min(pollSlice, time.Until(deadline))
+		if rc := C.prism_poll(&m.req, C.double(slice.Seconds()), &delay, C.int(pollSleepMax/time.Microsecond), &m.flag); rc != C.PRISM_SUCCESS {
+			return m.abandon(mpiError("MPI_Test", rc))
+		}
+		if m.flag != 0 {
+			return nil
+		}
+		if !time.Now().Before(deadline) {
+			return m.timedOut()
+		}
+	}
+}
+
+// abandon gives up the collective in progress: MPI cannot withdraw it, so
+// its request and pinned buffers are kept for the life of the process and
+// the communicator is out of step from now on. It returns cause.
+func (m *MPI) abandon(cause error) error {
+	m.err = cause
+	s := &mpiState
+	s.commsMu.Lock()
+	s.abandoned = append(s.abandoned, m)
+	s.commsMu.Unlock()
+	return cause
+}
+
+// timedOut abandons the collective in progress and probes the other members
+// to find who kept it from completing.
+func (m *MPI) timedOut() error {
+	e := &TimeoutError{
+		Op:      collOp(m.inside.Load()).String(),
+		Seq:     m.entered.Load(),
+		Comm:    m.name,
+		Timeout: m.Timeout(),
+		Rank:    m.worldRank,
+		Host:    m.host,
+	}
+	m.abandon(e)
+	if p := mpiState.probe.Load(); p != nil {
+		var ranks []int
+		for r := range m.size {
+			if r != m.rank {
+				ranks = append(ranks, m.worldOf(r))
+			}
+		}
+		e.Probe = probeWindow(e.Timeout)
+		answers := p.ask(m.id, ranks, e.Probe)
+		e.Missing = missingRanks(e.Seq, ranks, answers, hostOf, e.Probe)
+	}
+	return e
 }
 
 // mpiCount converts a length to MPI's int count, rejecting what does not
@@ -586,57 +1166,77 @@ func mpiOp(op Op) (C.int, error) {
 	return 0, fmt.Errorf("spmd: mpi: unknown reduction operator %v", op)
 }
 
-// Barrier is MPI_Barrier.
+// Barrier is MPI_Ibarrier, bounded by m's timeout.
 func (m *MPI) Barrier(ctx context.Context) error {
-	if err := m.begin(ctx); err != nil {
-		return err
-	}
-	return mpiCheck("MPI_Barrier", C.prism_barrier(m.h))
+	return m.barrier(ctx, collBarrier, pollSpin)
 }
 
-// AllreduceInt64 is MPI_Allreduce in place on MPI_INT64_T (not MPI_LONG,
+func (m *MPI) barrier(ctx context.Context, op collOp, spin time.Duration) error {
+	deadline, err := m.begin(ctx, op)
+	if err != nil {
+		return err
+	}
+	return m.end(m.awaitSpin(ctx, deadline, spin, "MPI_Ibarrier", C.prism_ibarrier(m.h, &m.req)))
+}
+
+// Align is a Barrier that releases the ranks together, for the start of a
+// timed step: a Barrier that waited long for a peer may see the completion
+// up to pollSleepMax (1 ms) late on some ranks. Align's second barrier is
+// entered by every rank within about that much of the others, so it
+// completes inside its opening spin, three times as long as a Barrier's,
+// and ends for all of them within microseconds.
+func (m *MPI) Align(ctx context.Context) error {
+	if err := m.Barrier(ctx); err != nil {
+		return err
+	}
+	return m.barrier(ctx, collAlign, 3*pollSleepMax)
+}
+
+// AllreduceInt64 is MPI_Iallreduce in place on MPI_INT64_T (not MPI_LONG,
 // whose size depends on the platform). An empty v makes no MPI call.
 func (m *MPI) AllreduceInt64(ctx context.Context, op Op, v []int64) error {
-	if err := m.begin(ctx); err != nil {
-		return err
+	deadline, err := m.begin(ctx, collAllreduceInt64)
+	if err != nil || len(v) == 0 {
+		return m.end(err)
 	}
-	if len(v) == 0 {
-		return nil
-	}
-	return m.allreduce(op, unsafe.Pointer(&v[0]), len(v), C.PRISM_INT64)
+	return m.end(m.allreduce(ctx, deadline, op, unsafe.Pointer(&v[0]), len(v), C.PRISM_INT64))
 }
 
-// AllreduceFloat64 is MPI_Allreduce in place on MPI_DOUBLE. An empty v makes
-// no MPI call.
+// AllreduceFloat64 is MPI_Iallreduce in place on MPI_DOUBLE. An empty v
+// makes no MPI call.
 func (m *MPI) AllreduceFloat64(ctx context.Context, op Op, v []float64) error {
-	if err := m.begin(ctx); err != nil {
-		return err
+	deadline, err := m.begin(ctx, collAllreduceFloat64)
+	if err != nil || len(v) == 0 {
+		return m.end(err)
 	}
-	if len(v) == 0 {
-		return nil
-	}
-	return m.allreduce(op, unsafe.Pointer(&v[0]), len(v), C.PRISM_DOUBLE)
+	return m.end(m.allreduce(ctx, deadline, op, unsafe.Pointer(&v[0]), len(v), C.PRISM_DOUBLE))
 }
 
-func (m *MPI) allreduce(op Op, p unsafe.Pointer, n int, dt C.int) error {
+func (m *MPI) allreduce(ctx context.Context, deadline time.Time, op Op, p unsafe.Pointer, n int, dt C.int) error {
 	o, err := mpiOp(op)
 	if err != nil {
 		return err
 	}
-	cn, err := mpiCount("MPI_Allreduce", n)
+	cn, err := mpiCount("MPI_Iallreduce", n)
 	if err != nil {
 		return err
 	}
-	return mpiCheck("MPI_Allreduce", C.prism_allreduce(m.h, p, cn, dt, o))
+	m.pin.Pin(p)
+	return m.await(ctx, deadline, "MPI_Iallreduce", C.prism_iallreduce(m.h, p, cn, dt, o, &m.req))
 }
 
-// ReduceInt64 is MPI_Reduce on MPI_INT64_T, in place at root (MPI_IN_PLACE)
+// ReduceInt64 is MPI_Ireduce on MPI_INT64_T, in place at root (MPI_IN_PLACE)
 // so no second buffer is allocated for large histograms. Non-root v is left
 // unchanged. An empty v makes no MPI call.
 func (m *MPI) ReduceInt64(ctx context.Context, root int, op Op, v []int64) error {
-	if err := m.begin(ctx); err != nil {
+	deadline, err := m.begin(ctx, collReduceInt64)
+	if err != nil {
 		return err
 	}
+	return m.end(m.reduce(ctx, deadline, root, op, v))
+}
+
+func (m *MPI) reduce(ctx context.Context, deadline time.Time, root int, op Op, v []int64) error {
 	if err := checkRoot(root, m.size); err != nil {
 		return err
 	}
@@ -647,7 +1247,7 @@ func (m *MPI) ReduceInt64(ctx context.Context, root int, op Op, v []int64) error
 	if len(v) == 0 {
 		return nil
 	}
-	n, err := mpiCount("MPI_Reduce", len(v))
+	n, err := mpiCount("MPI_Ireduce", len(v))
 	if err != nil {
 		return err
 	}
@@ -655,33 +1255,44 @@ func (m *MPI) ReduceInt64(ctx context.Context, root int, op Op, v []int64) error
 	if root == m.rank {
 		isRoot = 1
 	}
-	return mpiCheck("MPI_Reduce", C.prism_reduce(m.h, unsafe.Pointer(&v[0]), n, C.PRISM_INT64, o, C.int(root), isRoot))
+	m.pin.Pin(&v[0])
+	return m.await(ctx, deadline, "MPI_Ireduce",
+		C.prism_ireduce(m.h, unsafe.Pointer(&v[0]), n, C.PRISM_INT64, o, C.int(root), isRoot, &m.req))
 }
 
 // Gather collects every rank's b on root, indexed by rank (nil elsewhere).
 // Lengths may differ, including 0. It costs three MPI collectives: the
-// lengths are gathered (MPI_Gather), root broadcasts whether they fit MPI's
-// int counts (so an oversized gather fails on every rank instead of leaving
-// the others blocked), then the bytes follow (MPI_Gatherv). The slices
-// returned on root share one buffer but are capped, so appending to one
-// never overwrites another.
+// lengths are gathered (MPI_Igather), root broadcasts whether they fit
+// MPI's int counts (so an oversized gather fails on every rank instead of
+// leaving the others blocked), then the bytes follow (MPI_Igatherv); one
+// deadline bounds the three. The slices returned on root share one buffer
+// but are capped, so appending to one never overwrites another.
 func (m *MPI) Gather(ctx context.Context, root int, b []byte) ([][]byte, error) {
-	if err := m.begin(ctx); err != nil {
+	deadline, err := m.begin(ctx, collGather)
+	if err != nil {
 		return nil, err
 	}
+	out, err := m.gather(ctx, deadline, root, b)
+	return out, m.end(err)
+}
+
+func (m *MPI) gather(ctx context.Context, deadline time.Time, root int, b []byte) ([][]byte, error) {
 	if err := checkRoot(root, m.size); err != nil {
 		return nil, err
 	}
 	isRoot := root == m.rank
 
-	mine := int64(len(b))
+	m.words[0] = int64(len(b))
+	m.pin.Pin(&m.words)
 	var lens []int64
 	var lensPtr unsafe.Pointer
 	if isRoot {
 		lens = make([]int64, m.size)
 		lensPtr = unsafe.Pointer(&lens[0])
+		m.pin.Pin(lensPtr)
 	}
-	if err := mpiCheck("MPI_Gather", C.prism_gather(m.h, unsafe.Pointer(&mine), 1, C.PRISM_INT64, lensPtr, C.int(root))); err != nil {
+	if err := m.await(ctx, deadline, "MPI_Igather",
+		C.prism_igather(m.h, unsafe.Pointer(&m.words[0]), 1, C.PRISM_INT64, lensPtr, C.int(root), &m.req)); err != nil {
 		return nil, err
 	}
 
@@ -701,10 +1312,12 @@ func (m *MPI) Gather(ctx context.Context, root int, b []byte) ([][]byte, error) 
 			}
 		}
 	}
-	if err := mpiCheck("MPI_Bcast", C.prism_bcast(m.h, unsafe.Pointer(&verdict), 1, C.PRISM_INT64, C.int(root))); err != nil {
+	m.words[1] = verdict
+	if err := m.await(ctx, deadline, "MPI_Ibcast",
+		C.prism_ibcast(m.h, unsafe.Pointer(&m.words[1]), 1, C.PRISM_INT64, C.int(root), &m.req)); err != nil {
 		return nil, err
 	}
-	switch {
+	switch verdict = m.words[1]; {
 	case verdict > 0:
 		return nil, fmt.Errorf("spmd: mpi: gather: rank %d's piece exceeds MPI's count limit of %d bytes", verdict-1, math.MaxInt32)
 	case verdict < 0:
@@ -714,6 +1327,7 @@ func (m *MPI) Gather(ctx context.Context, root int, b []byte) ([][]byte, error) 
 	var sendPtr unsafe.Pointer
 	if len(b) > 0 {
 		sendPtr = unsafe.Pointer(&b[0])
+		m.pin.Pin(sendPtr)
 	}
 	var buf []byte
 	var counts, displs []C.int
@@ -727,12 +1341,16 @@ func (m *MPI) Gather(ctx context.Context, root int, b []byte) ([][]byte, error) 
 			off += l
 		}
 		countsPtr, displsPtr = unsafe.Pointer(&counts[0]), unsafe.Pointer(&displs[0])
+		m.pin.Pin(countsPtr)
+		m.pin.Pin(displsPtr)
 		if total > 0 {
 			buf = make([]byte, total)
 			recvPtr = unsafe.Pointer(&buf[0])
+			m.pin.Pin(recvPtr)
 		}
 	}
-	if err := mpiCheck("MPI_Gatherv", C.prism_gatherv(m.h, sendPtr, C.int(len(b)), recvPtr, (*C.int)(countsPtr), (*C.int)(displsPtr), C.int(root))); err != nil {
+	if err := m.await(ctx, deadline, "MPI_Igatherv",
+		C.prism_igatherv(m.h, sendPtr, C.int(len(b)), recvPtr, (*C.int)(countsPtr), (*C.int)(displsPtr), C.int(root), &m.req)); err != nil {
 		return nil, err
 	}
 	if !isRoot {
@@ -748,22 +1366,32 @@ func (m *MPI) Gather(ctx context.Context, root int, b []byte) ([][]byte, error) 
 
 // Bcast returns root's b on every rank: root gets b itself, the others a
 // fresh slice. The length travels first (as int64, so an oversized b fails
-// on every rank alike), then the bytes if there are any.
+// on every rank alike), then the bytes if there are any; one deadline
+// bounds both.
 func (m *MPI) Bcast(ctx context.Context, root int, b []byte) ([]byte, error) {
-	if err := m.begin(ctx); err != nil {
+	deadline, err := m.begin(ctx, collBcast)
+	if err != nil {
 		return nil, err
 	}
+	out, err := m.bcast(ctx, deadline, root, b)
+	return out, m.end(err)
+}
+
+func (m *MPI) bcast(ctx context.Context, deadline time.Time, root int, b []byte) ([]byte, error) {
 	if err := checkRoot(root, m.size); err != nil {
 		return nil, err
 	}
 	isRoot := root == m.rank
-	var n int64
+	m.words[0] = 0
 	if isRoot {
-		n = int64(len(b))
+		m.words[0] = int64(len(b))
 	}
-	if err := mpiCheck("MPI_Bcast", C.prism_bcast(m.h, unsafe.Pointer(&n), 1, C.PRISM_INT64, C.int(root))); err != nil {
+	m.pin.Pin(&m.words)
+	if err := m.await(ctx, deadline, "MPI_Ibcast",
+		C.prism_ibcast(m.h, unsafe.Pointer(&m.words[0]), 1, C.PRISM_INT64, C.int(root), &m.req)); err != nil {
 		return nil, err
 	}
+	n := m.words[0]
 	if n > math.MaxInt32 {
 		return nil, fmt.Errorf("spmd: mpi: bcast: %d bytes exceed MPI's count limit of %d", n, math.MaxInt32)
 	}
@@ -774,7 +1402,9 @@ func (m *MPI) Bcast(ctx context.Context, root int, b []byte) ([]byte, error) {
 	if n == 0 {
 		return out, nil
 	}
-	if err := mpiCheck("MPI_Bcast", C.prism_bcast(m.h, unsafe.Pointer(&out[0]), C.int(n), C.PRISM_BYTE, C.int(root))); err != nil {
+	m.pin.Pin(&out[0])
+	if err := m.await(ctx, deadline, "MPI_Ibcast",
+		C.prism_ibcast(m.h, unsafe.Pointer(&out[0]), C.int(n), C.PRISM_BYTE, C.int(root), &m.req)); err != nil {
 		return nil, err
 	}
 	return out, nil
@@ -783,12 +1413,26 @@ func (m *MPI) Bcast(ctx context.Context, root int, b []byte) ([]byte, error) {
 // Split is MPI_Comm_split: ranks with the same color form a communicator,
 // ordered by key then old rank. Undefined maps to MPI_UNDEFINED and yields a
 // nil Comm. Other colors must be >= 0 (MPI rejects negative ones with an
-// *MPIError); color and key must fit in an int32. The new communicator's
-// local ranks are computed here, a collective on it.
+// *MPIError); color and key must fit in an int32. The new communicator
+// inherits m's timeout.
+//
+// MPI has no non-blocking MPI_Comm_split, so the ranks first meet in a
+// bounded barrier: MPI_Comm_split then only blocks if a rank stops in the
+// microseconds between the two. The new communicator's setup (duplicating
+// its alert communicator) is bounded like any collective.
 func (m *MPI) Split(ctx context.Context, color, key int) (Comm, error) {
-	if err := m.begin(ctx); err != nil {
+	deadline, err := m.begin(ctx, collSplit)
+	if err != nil {
 		return nil, err
 	}
+	sub, err := m.split(ctx, deadline, color, key)
+	if err = m.end(err); err != nil || sub == nil {
+		return nil, err // a nil interface, not a typed nil *MPI
+	}
+	return sub, nil
+}
+
+func (m *MPI) split(ctx context.Context, deadline time.Time, color, key int) (*MPI, error) {
 	if color != Undefined && (color < math.MinInt32 || color > math.MaxInt32) {
 		return nil, fmt.Errorf("spmd: mpi: split: color %d does not fit MPI's int", color)
 	}
@@ -799,33 +1443,70 @@ func (m *MPI) Split(ctx context.Context, color, key int) (Comm, error) {
 	if color == Undefined {
 		c = C.PRISM_UNDEFINED
 	}
+	if err := m.await(ctx, deadline, "MPI_Ibarrier", C.prism_ibarrier(m.h, &m.req)); err != nil {
+		return nil, err
+	}
 	var h, isnull C.int
 	if err := mpiCheck("MPI_Comm_split", C.prism_comm_split(m.h, c, C.int(key), &h, &isnull)); err != nil {
 		return nil, err
 	}
 	if isnull != 0 {
-		return nil, nil // a nil interface, not a typed nil *MPI
+		return nil, nil
 	}
-	sub := &MPI{h: h, host: m.host, worldRank: m.worldRank}
-	if err := sub.setup(); err != nil {
+	s := &mpiState
+	s.commsMu.Lock()
+	s.splits++
+	n := s.splits
+	s.commsMu.Unlock()
+	sub := &MPI{h: h, host: m.host, worldRank: m.worldRank, id: splitID(m.id, m.entered.Load(), color), name: "split " + strconv.Itoa(n)}
+	sub.timeout.Store(m.timeout.Load())
+	var size C.int
+	if err := mpiCheck("MPI_Comm_size", C.prism_comm_size(h, &size)); err != nil {
 		C.prism_comm_free(h)
 		return nil, err
 	}
-	s := &mpiState
-	s.mu.Lock()
-	if s.subs == nil {
-		s.subs = map[*MPI]struct{}{}
+	members := make([]C.int, size)
+	if err := mpiCheck("MPI_Group_translate_ranks", C.prism_world_ranks(h, size, &members[0])); err != nil {
+		C.prism_comm_free(h)
+		return nil, err
 	}
-	s.subs[sub] = struct{}{}
-	s.mu.Unlock()
+	sub.members = make([]int, size)
+	for i, w := range members {
+		sub.members[i] = int(w)
+	}
+	if err := sub.setup(ctx); err != nil {
+		if sub.err == nil {
+			C.prism_comm_free(h)
+		}
+		return nil, err
+	}
 	return sub, nil
 }
 
+// splitID names the communicator Split makes, alike on its members: they
+// share the parent, the collective's number on it and the color.
+func splitID(parent, seq uint64, color int) uint64 {
+	var b [24]byte
+	binary.LittleEndian.PutUint64(b[:], parent)
+	binary.LittleEndian.PutUint64(b[8:], seq)
+	binary.LittleEndian.PutUint64(b[16:], uint64(int64(color)))
+	h := fnv.New64a()
+	h.Write(b[:])
+	return h.Sum64() | 1 // never the world's 0
+}
+
+// abortExitAfter bounds how long Abort waits for MPI_Abort, which should
+// not return at all, before the process exits by itself.
+const abortExitAfter = 30 * time.Second
+
 // Abort is MPI_Abort on MPI_COMM_WORLD, whatever communicator it is called
-// on: the whole job goes down with code (mpirun exits non-zero). It does not
-// return; should MPI_Abort return (or MPI be finalized), the process exits.
+// on: the whole job goes down with code (mpirun exits non-zero and kills
+// every rank, one that was stopped included). It works after a collective
+// timed out: MPI_Abort needs no other rank. It does not return; should
+// MPI_Abort return or hang (or MPI be finalized), the process exits.
 func (m *MPI) Abort(code int) {
 	if !mpiState.finalized.Load() {
+		time.AfterFunc(abortExitAfter, func() { os.Exit(code) })
 		C.prism_abort(C.int(code))
 	}
 	os.Exit(code)
@@ -841,19 +1522,30 @@ func (m *MPI) Abort(code int) {
 // Close first ends the communicator's alerts (closeAlerts): watchers still
 // running are stopped, alerts nobody received are drained, and the alert
 // communicator is freed, so that no pending message or request outlives it.
+//
+// Close never hangs. A communicator with a collective that never completed
+// is left allocated, and Close returns an error saying so. On the world,
+// after such a collective on any communicator, MPI_Finalize is skipped (it
+// would wait for the rank that is missing) and Close fails; otherwise
+// MPI_Finalize is bounded by the world's timeout. Either way the process
+// should then exit non-zero, or Abort: mpirun ends the job when a rank
+// exits without finalizing, killing the ranks still there.
 func (m *MPI) Close() error {
 	s := &mpiState
 	if !m.world {
 		if !m.closed.CompareAndSwap(false, true) {
 			return nil
 		}
+		s.unregister(m)
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		delete(s.subs, m)
 		if s.finalized.Load() {
 			return nil
 		}
 		m.closeAlerts()
+		if m.err != nil {
+			return fmt.Errorf("spmd: mpi: Close: the %s communicator is left allocated after a collective that never completed: %w", m.name, m.err)
+		}
 		return mpiCheck("MPI_Comm_free", C.prism_comm_free(m.h))
 	}
 	s.mu.Lock()
@@ -863,16 +1555,30 @@ func (m *MPI) Close() error {
 	}
 	// Sub-communicators left open keep their handles, but no goroutine of
 	// theirs may call MPI from now on.
-	for sub := range s.subs {
+	s.commsMu.Lock()
+	var subs []*MPI
+	for c := range s.comms {
+		if c != m {
+			subs = append(subs, c)
+		}
+	}
+	s.comms = nil
+	abandoned := slices.Clone(s.abandoned)
+	s.commsMu.Unlock()
+	for _, sub := range subs {
 		sub.stopAlerts()
 	}
-	s.subs = nil
 	m.closeAlerts()
+	s.stopProbe()
+	if len(abandoned) > 0 {
+		return fmt.Errorf("spmd: mpi: Close: MPI_Finalize skipped, since it would wait for the rank a collective "+
+			"never heard from; exit the process (or Abort) and mpirun ends the job: %w", abandoned[0].err)
+	}
 	if !s.owned {
 		return nil
 	}
 	s.finalized.Store(true)
-	return s.finalizeOnLockedThread()
+	return s.finalizeOnLockedThread(m.Timeout())
 }
 
 var _ Alerter = (*MPI)(nil)
@@ -1038,7 +1744,7 @@ func (m *MPI) listen(quit <-chan struct{}, done chan<- struct{}) {
 		// Take every alert that has arrived, then sleep.
 		for {
 			if C.prism_arecv_pending(r) == 0 {
-				if C.prism_arecv_post(m.ah, r) != C.PRISM_SUCCESS {
+				if C.prism_arecv_post(m.ah, r, C.PRISM_ALERT_TAG) != C.PRISM_SUCCESS {
 					<-quit // alerts are best effort: stay idle until stopped
 					return
 				}
@@ -1059,6 +1765,71 @@ func (m *MPI) listen(quit <-chan struct{}, done chan<- struct{}) {
 			finish()
 			return
 		case <-t.C:
+		}
+	}
+}
+
+var _ Reporter = (*MPI)(nil)
+
+// Report sends rank 0 a report with MPI_Isend on the alert communicator
+// (tag PRISM_REPORT_TAG, so it never matches an alert's receive); like
+// Alert it never blocks, and the send is reaped later.
+func (m *MPI) Report(tag string, v []int64) {
+	if m.size < 2 || m.rank == 0 || m.closed.Load() || mpiState.finalized.Load() {
+		return
+	}
+	var w [ReportWords]int64
+	copy(w[:], v)
+	a := &m.al
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return
+	}
+	a.reapSends()
+	var s *C.prism_asend
+	C.prism_report_send(m.ah, C.int64_t(int64(alertHash(tag))), C.int64_t(m.rank),
+		C.int64_t(w[0]), C.int64_t(w[1]), C.int64_t(w[2]), C.int64_t(w[3]), C.int64_t(w[4]), &s)
+	if s != nil {
+		a.sends = append(a.sends, s)
+	}
+}
+
+// Collect receives, without waiting, every report that has arrived
+// (MPI_Iprobe, MPI_Recv); MPI keeps one sender's messages in order, so
+// the last of a rank's is its newest.
+func (m *MPI) Collect(tag string, latest [][]int64) {
+	if m.size < 2 || m.rank != 0 || m.closed.Load() || mpiState.finalized.Load() {
+		return
+	}
+	a := &m.al
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return
+	}
+	h := int64(alertHash(tag))
+	const batch = 64
+	buf := (*[batch * C.PRISM_REPORT_WORDS]C.int64_t)(C.malloc(C.size_t(batch * C.PRISM_REPORT_WORDS * 8)))
+	if buf == nil {
+		return
+	}
+	defer C.free(unsafe.Pointer(buf))
+	for {
+		var n C.int
+		rc := C.prism_report_take(m.ah, &buf[0], batch, &n)
+		for i := 0; i < int(n); i++ {
+			msg := buf[i*C.PRISM_REPORT_WORDS : (i+1)*C.PRISM_REPORT_WORDS]
+			r := int(msg[1])
+			if int64(msg[0]) != h || r <= 0 || r >= len(latest) {
+				continue
+			}
+			for j := 0; j < ReportWords && j < len(latest[r]); j++ {
+				latest[r][j] = int64(msg[2+j])
+			}
+		}
+		if rc != C.PRISM_SUCCESS || int(n) < batch {
+			return
 		}
 	}
 }
@@ -1121,4 +1892,183 @@ func (m *MPI) closeAlerts() {
 	}
 	a.sends = nil
 	C.prism_comm_free(m.ah)
+}
+
+// probePoll is how often a responder tests for pings, and probeTestEvery
+// how often a prober tests for pongs while it waits for them.
+const (
+	probePoll      = alertMPIPoll
+	probeTestEvery = 2 * time.Millisecond
+)
+
+// mpiProber is the process's side of probes (doc.go): a responder
+// goroutine that keeps a receive of pings posted on the probe
+// communicator (a duplicate of MPI_COMM_WORLD) and answers each with what
+// this rank is doing on the communicator named, and ask, which pings peers
+// and collects their answers.
+type mpiProber struct {
+	ph         C.int // Fortran handle of the probe communicator
+	rank, size int   // world rank and size
+	quit, done chan struct{}
+	// asking serializes probes, whose pong receives would otherwise
+	// match each other's pongs.
+	asking sync.Mutex
+	nextID atomic.Int64
+	// sends are the responder's pongs not known to be complete; only the
+	// responder goroutine touches them until it has stopped.
+	sends []*C.prism_asend
+}
+
+// startProbe starts the responder on the probe communicator ph.
+func (s *mpiProcess) startProbe(ph C.int, rank, size int) {
+	p := &mpiProber{ph: ph, rank: rank, size: size, quit: make(chan struct{}), done: make(chan struct{})}
+	s.probe.Store(p)
+	go p.respond()
+}
+
+// stopProbe stops the responder, drains what was sent to this rank and
+// frees the probe communicator. The caller holds mpiState.mu.
+func (s *mpiProcess) stopProbe() {
+	p := s.probe.Swap(nil)
+	if p == nil {
+		return
+	}
+	close(p.quit)
+	<-p.done
+	p.asking.Lock() // a probe in flight finishes first
+	defer p.asking.Unlock()
+	var n C.int
+	deadline := time.Now().Add(alertSendGrace)
+	for p.reapSends(); len(p.sends) > 0 && time.Now().Before(deadline); p.reapSends() {
+		time.Sleep(time.Millisecond)
+		C.prism_drain(p.ph, C.prism_any_tag(), &n)
+	}
+	for _, snd := range p.sends {
+		C.prism_asend_abandon(snd) // leaked on purpose: MPI may still read it
+	}
+	p.sends = nil
+	C.prism_drain(p.ph, C.prism_any_tag(), &n)
+	C.prism_comm_free(p.ph)
+}
+
+// respond answers pings until quit: it takes every ping that has arrived,
+// then sleeps probePoll. A rank busy in a long step answers all the same,
+// since this goroutine needs no other; only a process that is stopped,
+// hung as a whole or unreachable does not.
+func (p *mpiProber) respond() {
+	defer close(p.done)
+	r := C.prism_arecv_new()
+	if r == nil {
+		<-p.quit
+		return
+	}
+	defer C.prism_arecv_free(r)
+	t := time.NewTicker(probePoll)
+	defer t.Stop()
+	for {
+		for {
+			if C.prism_arecv_pending(r) == 0 {
+				if C.prism_arecv_post(p.ph, r, C.PRISM_PING_TAG) != C.PRISM_SUCCESS {
+					<-p.quit // probes are best effort: stay idle until stopped
+					return
+				}
+			}
+			var flag C.int
+			if C.prism_arecv_test(r, &flag) != C.PRISM_SUCCESS {
+				break
+			}
+			if flag == 0 {
+				break
+			}
+			p.answer(int64(r.msg[0]), uint64(r.msg[1]), int(r.msg[2]))
+		}
+		p.reapSends()
+		select {
+		case <-p.quit:
+			var received C.int
+			if C.prism_arecv_cancel(r, &received) == C.PRISM_SUCCESS && received != 0 {
+				p.answer(int64(r.msg[0]), uint64(r.msg[1]), int(r.msg[2]))
+			}
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// answer sends the pong for probe id from world rank from about comm.
+func (p *mpiProber) answer(id int64, comm uint64, from int) {
+	if from < 0 || from >= p.size {
+		return
+	}
+	entered, inside := int64(-1), int64(collNone)
+	if c := mpiState.lookup(comm); c != nil && !c.closed.Load() {
+		entered, inside = int64(c.entered.Load()), int64(c.inside.Load())
+	}
+	var s *C.prism_asend
+	C.prism_pong_send(p.ph, C.int(from), C.int64_t(id), C.int64_t(entered), C.int64_t(inside), C.int64_t(p.rank), &s)
+	if s != nil {
+		p.sends = append(p.sends, s)
+	}
+}
+
+// reapSends frees the pongs whose sends have completed.
+func (p *mpiProber) reapSends() {
+	keep := p.sends[:0]
+	for _, s := range p.sends {
+		var done C.int
+		if C.prism_asend_test(s, &done) == C.PRISM_SUCCESS && done != 0 {
+			C.prism_asend_free(s)
+			continue
+		}
+		keep = append(keep, s)
+	}
+	clear(p.sends[len(keep):])
+	p.sends = keep
+}
+
+// ask pings the world ranks in ranks about communicator comm and returns
+// their answers, in the same order, as they stand after window (or as soon
+// as all have answered). It costs one small message each way per rank, and
+// is made only after a collective timed out.
+func (p *mpiProber) ask(comm uint64, ranks []int, window time.Duration) []probeAnswer {
+	answers := make([]probeAnswer, len(ranks))
+	if len(ranks) == 0 {
+		return answers
+	}
+	p.asking.Lock()
+	defer p.asking.Unlock()
+	targets := make([]C.int, len(ranks))
+	for i, r := range ranks {
+		targets[i] = C.int(r)
+	}
+	id := p.nextID.Add(1)
+	var pr *C.prism_probe
+	C.prism_probe_start(p.ph, &targets[0], C.int(len(targets)), C.int64_t(id), C.int64_t(int64(comm)), C.int64_t(p.rank), &pr)
+	if pr == nil {
+		return answers // out of memory: nobody is known to have answered
+	}
+	defer C.prism_probe_free(pr)
+	deadline := time.Now().Add(window)
+	for {
+		var left C.int
+		C.prism_probe_test(p.ph, pr, &left)
+		if left == 0 || !time.Now().Before(deadline) {
+			break
+		}
+		time.Sleep(probeTestEvery)
+	}
+	C.prism_probe_end(pr)
+	state := unsafe.Slice(pr.state, len(ranks))
+	pong := unsafe.Slice(pr.pong, len(ranks))
+	for i := range answers {
+		if state[i] != 1 {
+			continue
+		}
+		a := &answers[i]
+		a.answered = true
+		if entered := int64(pong[i][1]); entered >= 0 {
+			a.known, a.entered, a.inside = true, uint64(entered), collOp(pong[i][2])
+		}
+	}
+	return answers
 }

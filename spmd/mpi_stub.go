@@ -75,6 +75,15 @@ func (m *MPI) Split(ctx context.Context, color, key int) (Comm, error) { return 
 // Abort exits the process: without MPI there is no job beyond it.
 func (m *MPI) Abort(code int) { os.Exit(code) }
 
+// SetTimeout does nothing: there are no collectives to bound.
+func (m *MPI) SetTimeout(d time.Duration) {}
+
+// Timeout is the default bound of the MPI build's collectives.
+func (m *MPI) Timeout() time.Duration { return defaultTimeout }
+
+// Align fails with ErrNoMPI.
+func (m *MPI) Align(ctx context.Context) error { return ErrNoMPI }
+
 // Close does nothing: nothing was opened.
 func (m *MPI) Close() error { return nil }
 

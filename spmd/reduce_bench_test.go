@@ -1,20 +1,14 @@
 package spmd
 
-// What rank 0 pays at the end of every phase in a 10,000-rank job, with no
-// network: the binomial-tree reduction of every rank's histogram count
-// array (what MPI_Reduce does for ReduceInt64), and the gather of every
-// rank's JSON summary record, which rank 0 then decodes. The figures are
-// compute and memory only; a real job adds ⌈log2 n⌉ transfers of one array
-// to the critical path.
+// What the binomial-tree reduction of every rank's histogram count array
+// (what MPI_Reduce does for ReduceInt64) costs in a 10,000-rank job, with
+// no network. The figures are compute and memory only; a real job adds
+// ⌈log2 n⌉ transfers of one array to the critical path.
 
 import (
-	"encoding/json"
-	"fmt"
 	"math"
 	"math/bits"
 	"math/rand/v2"
-	"runtime"
-	"sort"
 	"testing"
 	"time"
 
@@ -115,9 +109,12 @@ func (t *binomialReduce) subtree(r, level int) []int64 {
 	return buf
 }
 
+// BenchmarkReduceHistograms10k is the whole tree reduction of a
+// 10,000-rank job simulated serially; what rank 0 pays of it, with the
+// gather of every rank's record, is phases' BenchmarkGatherPhase10k, which
+// runs the engine's own GatherPhase.
 func BenchmarkReduceHistograms10k(b *testing.B) {
 	b.Run("tree", benchTreeReduce)
-	b.Run("gather", benchGatherRecords)
 }
 
 // benchTreeReduce: ns/op is the whole reduction done serially (n-1 folds),
@@ -167,119 +164,4 @@ func sum(v []int64) (s int64) {
 		s += x
 	}
 	return s
-}
-
-// benchRankRecord has the shape of report.RankRecord, the JSON summary
-// every rank sends rank 0 at the end of a phase.
-type benchRankRecord struct {
-	Rank      int                     `json:"rank"`
-	Host      string                  `json:"host"`
-	Ops       int64                   `json:"ops"`
-	Bytes     int64                   `json:"bytes"`
-	Errors    int64                   `json:"errors"`
-	MaxNs     int64                   `json:"max_ns"`
-	Seconds   float64                 `json:"seconds"`
-	Error     string                  `json:"error,omitempty"`
-	CPUs      string                  `json:"cpus,omitempty"`
-	OpsByType map[string]benchOpCount `json:"ops_by_type,omitempty"`
-	Metrics   map[string]float64      `json:"metrics,omitempty"`
-}
-
-type benchOpCount struct {
-	Ops    int64 `json:"ops"`
-	Bytes  int64 `json:"bytes"`
-	Errors int64 `json:"errors"`
-}
-
-// rankRecords returns every rank's marshalled record, as each rank sends it:
-// two op types, like a write phase (open and write).
-func rankRecords(n int) [][]byte {
-	out := make([][]byte, n)
-	for r := range out {
-		rec := benchRankRecord{
-			Rank: r, Host: fmt.Sprintf("cn%05d.hpc.example.org", r/64),
-			Ops: 20000 + int64(r%97), Bytes: 4096 * 10000, MaxNs: 3_000_000 + int64(r)*37,
-			Seconds: 0.61234567 + float64(r%1000)/1e4, CPUs: fmt.Sprintf("%d-%d", r%64*2, r%64*2+1),
-			OpsByType: map[string]benchOpCount{
-				"open":  {Ops: 10000 + int64(r%97)},
-				"write": {Ops: 10000, Bytes: 4096 * 10000},
-			},
-		}
-		out[r], _ = json.Marshal(rec)
-	}
-	return out
-}
-
-// gatherAtRank0 is rank 0's side of the engine's Gather of records: the
-// pieces land in one buffer (MPI_Gatherv), are sliced per rank, decoded,
-// and their op types merged (report.UnionOps).
-func gatherAtRank0(pieces [][]byte) ([]benchRankRecord, []string, []byte, error) {
-	total := 0
-	for _, p := range pieces {
-		total += len(p)
-	}
-	buf := make([]byte, total)
-	all := make([][]byte, len(pieces))
-	off := 0
-	for r, p := range pieces {
-		copy(buf[off:], p)
-		all[r] = buf[off : off+len(p) : off+len(p)]
-		off += len(p)
-	}
-	recs := make([]benchRankRecord, len(all))
-	for i, raw := range all {
-		if err := json.Unmarshal(raw, &recs[i]); err != nil {
-			return nil, nil, nil, err
-		}
-	}
-	seen := map[string]bool{}
-	var ops []string
-	for _, r := range recs {
-		for op := range r.OpsByType {
-			if !seen[op] {
-				seen[op] = true
-				ops = append(ops, op)
-			}
-		}
-	}
-	sort.Strings(ops)
-	return recs, ops, buf, nil
-}
-
-// benchGatherRecords: ns/op is rank 0's work on 10,000 gathered records
-// (copy into the receive buffer, JSON decoding, op union), all of it on the
-// critical path; rank0-bytes is what the gathered records hold on rank 0
-// afterwards (the receive buffer and the decoded records, measured on the
-// heap); record-bytes is the mean record size.
-func benchGatherRecords(b *testing.B) {
-	pieces := rankRecords(benchRanks)
-	size := 0
-	for _, p := range pieces {
-		size += len(p)
-	}
-	// Live heap of one gather's results, measured once outside the loop.
-	var m0, m1 runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&m0)
-	recs, ops, buf, err := gatherAtRank0(pieces)
-	if err != nil {
-		b.Fatal(err)
-	}
-	runtime.GC()
-	runtime.ReadMemStats(&m1)
-	live := int64(m1.HeapAlloc) - int64(m0.HeapAlloc)
-	runtime.KeepAlive(recs)
-	runtime.KeepAlive(buf)
-	if len(recs) != benchRanks || len(ops) != 2 || recs[benchRanks-1].Rank != benchRanks-1 {
-		b.Fatalf("gathered %d records, ops %v", len(recs), ops)
-	}
-	recs, buf = nil, nil
-	b.SetBytes(int64(size))
-	for b.Loop() {
-		if _, _, _, err := gatherAtRank0(pieces); err != nil {
-			b.Fatal(err)
-		}
-	}
-	b.ReportMetric(float64(live), "rank0-bytes")
-	b.ReportMetric(float64(size)/benchRanks, "record-bytes")
 }

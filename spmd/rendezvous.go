@@ -29,10 +29,15 @@ const (
 // RendezvousConfig places one rank in a job whose ranks coordinate through a
 // shared directory. Zero durations take the defaults.
 type RendezvousConfig struct {
-	// Dir is the job's shared directory, the same path on every rank. It
-	// must be private to one job: files an earlier job left there would be
-	// taken for this one's.
+	// Dir is the job's shared directory, the same path on every rank.
+	// Ranks of another job (another Token) are refused, and so is a
+	// directory an earlier job left behind (rendezvous_job.go).
 	Dir string
+	// Token identifies the job (JobToken): ranks with equal tokens are one
+	// job. Empty joins as an anonymous job, which cannot be told from
+	// another anonymous one: only for directories private to the job.
+	// TokenSource says where it came from, for messages.
+	Token, TokenSource string
 	// Rank and Size place this process in the job: 0 <= Rank < Size.
 	Rank, Size int
 	// Host names this rank's node (os.Hostname if empty); LocalRank counts
@@ -83,11 +88,20 @@ type job struct {
 	timeout   time.Duration
 	heartbeat time.Duration
 	deadAfter time.Duration
+	claim     jobClaim // the job file in force
 
+	nonce    string // random, in temporary file names (tmpTag)
 	tmpSeq   atomic.Uint64
 	stopOnce sync.Once
 	stop     chan struct{} // closed to stop the heartbeat
 	stopped  chan struct{} // closed when the heartbeat goroutine has returned
+
+	// beats is what this rank has seen of its peers' heartbeats, shared by
+	// every wait and step watcher of the job, so that a peer a watcher saw
+	// go still is known dead to the collective after it at once, not
+	// after another DeadAfter of watching.
+	beatsMu sync.Mutex
+	beats   map[int]*beatWatch
 }
 
 // NewRendezvous joins the job in cfg.Dir as rank cfg.Rank. It returns once
@@ -104,6 +118,9 @@ func NewRendezvous(ctx context.Context, cfg RendezvousConfig) (*Rendezvous, erro
 		return nil, fmt.Errorf("spmd: %s: rank %d out of range [0,%d)", op, cfg.Rank, cfg.Size)
 	case cfg.Timeout < 0 || cfg.Heartbeat < 0 || cfg.DeadAfter < 0:
 		return nil, fmt.Errorf("spmd: %s: negative duration in %+v", op, cfg)
+	}
+	if err := checkToken(cfg.Token); err != nil {
+		return nil, fmt.Errorf("spmd: %s: %w", op, err)
 	}
 	if cfg.Host == "" {
 		h, err := os.Hostname()
@@ -128,11 +145,19 @@ func NewRendezvous(ctx context.Context, cfg RendezvousConfig) (*Rendezvous, erro
 		deadAfter: cfg.DeadAfter,
 		stop:      make(chan struct{}),
 		stopped:   make(chan struct{}),
+		nonce:     randomHex(4),
 	}
 	c := &Rendezvous{job: j, id: worldID, rank: cfg.Rank, world: make([]int, cfg.Size)}
 	for r := range c.world {
 		c.world[r] = r
 	}
+	// The directory must be this job's before anything else is read or
+	// written there.
+	claim, err := j.claimDir(cfg)
+	if err != nil {
+		return nil, &RankError{Rank: cfg.Rank, Op: op, Err: err}
+	}
+	j.claim = claim
 	// An abort notice already there means the job is over, or that the
 	// directory is an old job's; so does a verdict for collective 0 before
 	// rank 0, its only writer, has run. Either would otherwise feed this
@@ -140,15 +165,17 @@ func NewRendezvous(ctx context.Context, cfg RendezvousConfig) (*Rendezvous, erro
 	if f := j.aborted(); f != nil {
 		return nil, f.rankError(op)
 	}
+	// The first beat is written before any wait so that a directory this
+	// rank cannot write fails here, not as a dead peer elsewhere; and
+	// exclusively, so that a leftover of an earlier job fails too.
+	if err := j.claimBeat(cfg.Size); err != nil {
+		return nil, &RankError{Rank: cfg.Rank, Op: op, Err: err}
+	}
 	if cfg.Rank == 0 {
 		if _, err := os.Stat(filepath.Join(c.seqDir(0), resultFile)); err == nil {
+			os.Remove(j.beatPath(j.rank))
 			return nil, fmt.Errorf("spmd: %s: %s holds the files of an earlier job; each job needs a fresh directory", op, cfg.Dir)
 		}
-	}
-	// The first beat is written before any wait so that a directory this
-	// rank cannot write fails here, not as a dead peer elsewhere.
-	if err := j.writeBeat(1); err != nil {
-		return nil, &RankError{Rank: cfg.Rank, Op: op, Err: err}
 	}
 	go j.beat()
 
@@ -482,9 +509,14 @@ func (c *Rendezvous) Close() error {
 	last, err := c.release()
 	if isWorld && last {
 		// Empty by now unless a communicator was never closed; Remove
-		// leaves non-empty directories alone.
+		// leaves non-empty directories alone. The job file goes last: the
+		// directory is free for another job once it is gone.
 		os.Remove(filepath.Join(c.job.dir, beatDir))
 		os.Remove(filepath.Join(c.job.dir, commDir))
+		os.Remove(filepath.Join(c.job.dir, jobFile))
+		if c.job.claim.madeDir {
+			os.Remove(c.job.dir)
+		}
 	}
 	if err != nil {
 		return &RankError{Rank: c.job.rank, Op: "Close", Err: err}

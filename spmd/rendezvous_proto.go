@@ -2,8 +2,9 @@ package spmd
 
 // The rendezvous protocol. Files of a job, all under RendezvousConfig.Dir:
 //
+//	job                     the job's token, size and first rank (rendezvous_job.go); removed last
 //	abort                   job-wide abort notice: "<world rank> <code>\n<reason>"
-//	hb/<world rank>         heartbeat counter, rewritten every Heartbeat
+//	hb/<world rank>         heartbeat counter, created exclusively, then rewritten every Heartbeat
 //	c/<id>/<seq>/<rank>     contribution of a rank >= 1 to collective seq: "<header>\n<payload>"
 //	c/<id>/<seq>/data       rank 0's answer for a root other than 0 (Gather, ReduceInt64)
 //	c/<id>/<seq>/result     rank 0's verdict: "ok\n<payload>" or "fail <kind> <world rank>\n<detail>"
@@ -311,8 +312,7 @@ func (c *Rendezvous) wait(ctx context.Context, dir string, poll time.Duration, d
 	j := c.job
 	start := time.Now()
 	lastAbort, lastBeat := start, start
-	beatEvery := min(j.heartbeat, j.deadAfter/4)
-	beats := make(map[int]*beatWatch)
+	beatEvery := j.beatEvery()
 	if poll <= 0 {
 		poll = pollMax
 	}
@@ -332,7 +332,7 @@ func (c *Rendezvous) wait(ctx context.Context, dir string, poll time.Duration, d
 		}
 		if now.Sub(lastBeat) >= beatEvery {
 			lastBeat = now
-			if f := c.deadPeer(beats, awaited(), now); f != nil {
+			if f := c.deadPeer(awaited(), now, false); f != nil {
 				return f
 			}
 		}
@@ -355,28 +355,43 @@ func (c *Rendezvous) wait(ctx context.Context, dir string, poll time.Duration, d
 	}
 }
 
+// beatEvery is how often a waiter reads its peers' heartbeats.
+func (j *job) beatEvery() time.Duration { return min(j.heartbeat, j.deadAfter/4) }
+
 // deadPeer reads the heartbeats of the awaited ranks and reports the first
-// whose counter has stood still for DeadAfter. A peer whose heartbeat was
-// never seen is left to the timeout: it may not have started yet, and batch
-// systems can start ranks minutes apart.
-func (c *Rendezvous) deadPeer(beats map[int]*beatWatch, awaited []int, now time.Time) *failure {
+// whose counter has stood still for DeadAfter, naming its host. A peer
+// whose heartbeat was never seen is left to the timeout: it may not have
+// started yet, and batch systems can start ranks minutes apart — unless
+// joined says every rank has joined the job (a step's watch), where a
+// missing heartbeat is a peer that left: its absence is watched as a
+// counter that does not change.
+func (c *Rendezvous) deadPeer(awaited []int, now time.Time, joined bool) *failure {
+	j := c.job
+	j.beatsMu.Lock()
+	defer j.beatsMu.Unlock()
+	if j.beats == nil {
+		j.beats = map[int]*beatWatch{}
+	}
 	for _, r := range awaited {
 		w := c.world[r]
-		path := c.job.beatPath(w)
+		path := j.beatPath(w)
 		b, err := os.ReadFile(path)
-		seen := beats[w]
+		seen := j.beats[w]
 		if err == nil && (seen == nil || seen.counter != string(b)) {
-			beats[w] = &beatWatch{counter: string(b), changed: now}
+			j.beats[w] = &beatWatch{counter: string(b), changed: now}
 			continue
 		}
 		// Unchanged, or unreadable after having been seen: a peer that
 		// closed the job does not come back either.
 		if seen == nil {
+			if joined {
+				j.beats[w] = &beatWatch{counter: "\x00gone", changed: now}
+			}
 			continue
 		}
-		if still := now.Sub(seen.changed); still >= c.job.deadAfter {
+		if still := now.Sub(seen.changed); still >= j.deadAfter {
 			return &failure{kind: failDead, rank: w, detail: fmt.Sprintf(
-				"heartbeat %s has not changed for %v", path, still.Round(time.Millisecond))}
+				"on host %s, its heartbeat %s has not changed for %v", j.hosts[w], path, still.Round(time.Millisecond))}
 		}
 	}
 	return nil
@@ -457,10 +472,12 @@ func (j *job) beatPath(world int) string {
 	return filepath.Join(j.dir, beatDir, strconv.Itoa(world))
 }
 
-// tmpTag makes temporary file names unique across the job: ranks are
-// unique, and the process id and counter keep this rank's writers apart.
+// tmpTag makes temporary file names unique in the directory: among the
+// ranks of this job, and among those of another job that tries the same
+// directory (whose rank, and on another node even pid, may be the same),
+// by a random nonce; the counter keeps this rank's writers apart.
 func (j *job) tmpTag() string {
-	return fmt.Sprintf("%d.%d.%d", j.rank, os.Getpid(), j.tmpSeq.Add(1))
+	return fmt.Sprintf("%d.%d.%s.%d", j.rank, os.Getpid(), j.nonce, j.tmpSeq.Add(1))
 }
 
 // beat bumps this rank's heartbeat until stopHeartbeat. A failed write is
