@@ -216,3 +216,26 @@ func TestCompareOutput(t *testing.T) {
 		t.Fatalf("json round trip: %v\n%s", err, js)
 	}
 }
+
+// TestPhaseMetricArrays: the checkpoint save/load figures compare read
+// metric_arrays, and the <op>_ckpt_NNN_seconds metrics of a manifest
+// written before it, to the same values.
+func TestPhaseMetricArrays(t *testing.T) {
+	arrays := &PhaseResult{Metrics: map[string]float64{"checkpoint_bytes": 4 << 30},
+		MetricArrays: map[string][]float64{"save_ckpt_seconds": {1, 4}}}
+	flat := &PhaseResult{Metrics: map[string]float64{"checkpoint_bytes": 4 << 30, "save_checkpoints": 2,
+		"save_ckpt_000_seconds": 1, "save_ckpt_001_seconds": 4}}
+	for _, c := range []struct {
+		name string
+		want float64
+	}{{"save_seconds", 2.5}, {"save_gib_per_sec", (4 + 1) / 2.0}} {
+		for _, p := range []*PhaseResult{arrays, flat} {
+			if got, ok := phaseMetricValue(p, c.name); !ok || got != c.want {
+				t.Errorf("%s = %v, %v; want %v", c.name, got, ok, c.want)
+			}
+		}
+	}
+	if _, ok := phaseMetricValue(arrays, "load_seconds"); ok {
+		t.Error("load_seconds of a run without loads")
+	}
+}

@@ -1,9 +1,15 @@
 // Package report owns measurement and results: the per-worker Recorder that
 // times each operation into an HdrHistogram, the merge of histograms across
-// workers and ranks, the manifest (manifest.json), the text summary,
-// junit.xml, the self-contained report.html (plots drawn with gonum/plot as
-// inline SVG), outlier flags (stragglers, scale inversions) and the
-// comparison of two runs with a noise-aware verdict.
+// a rank's workers (Set.Merge), the compact binary rank record and rank
+// 0's fold of every rank's (RankRecord.AppendBinary, Gathered), and the
+// aggregate of a phase from those and the reduced histograms (FillGathered)
+// — the cross-rank transfer itself is phases.GatherPhase, since report
+// must not import spmd — the manifest (manifest.json), the text summary,
+// junit.xml, phases.csv and ops.csv (csv.go), the self-contained
+// report.html (plots drawn with gonum/plot as inline SVG; the headline op
+// of a phase whose ops nest, headline.go), outlier flags
+// (stragglers, scale inversions, imbalance) and the comparison of runs with
+// a noise-aware verdict.
 //
 // Histogram geometry is fixed for the whole program (LowestNs..HighestNs at
 // SigFigs significant figures) so that rank 0 can sum count arrays from every
@@ -13,6 +19,12 @@
 // only to that unit: with 1 µs, a 1.5 µs page-cached stat would be recorded
 // with a ~30% error, while 1 ns keeps 3 significant figures from the fastest
 // cached op up to an hour-long stall.
+//
+// A Recorder also counts its ops and bytes per second since the phase's
+// start (series.go): a fixed array of SeriesCap buckets, coarsened past
+// it, summed over ranks like the histograms into the manifest's timeline.
+// An op's end comes from the start its Begin marked, so the series costs
+// no clock read.
 //
 // A Recorder buffers latencies and folds them into its histogram every
 // pendCap ops (Hist folds the rest): a record is one sequential store, and

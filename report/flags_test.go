@@ -22,6 +22,47 @@ func TestFlagsSynthetic(t *testing.T) {
 	}
 }
 
+// work makes per-rank rows of {seconds, bytes, ops}, on host "h".
+func work(rows ...[3]float64) []RankResult {
+	var out []RankResult
+	for i, r := range rows {
+		out = append(out, RankResult{Rank: i, Host: "h", Seconds: r[0], Bytes: int64(r[1]), Ops: int64(r[2])})
+	}
+	return out
+}
+
+// The flags record rank, host, metric, value and median; with several
+// hosts, a host whose ranks did less on average is flagged as a whole.
+func TestImbalanceFlags(t *testing.T) {
+	rows := work([3]float64{1, 1000, 10}, [3]float64{1, 1000, 10}, [3]float64{1, 1000, 10}, [3]float64{1, 1000, 10}, [3]float64{1.5, 500, 5}, [3]float64{1.5, 500, 5})
+	for i := range rows {
+		rows[i].Host = []string{"a", "a", "b", "b", "c", "c"}[i]
+	}
+	got := FlagsWith(&Manifest{Phases: []PhaseResult{{Name: "w", Status: StatusPassed, Ranks: 6, PerRank: rows}}}, TolerantFlagOptions(0.2))
+	var seen []string
+	for _, f := range got {
+		who := "host:" + f.Host
+		if f.Rank != nil {
+			who = "rank:" + strconv.Itoa(*f.Rank)
+		}
+		seen = append(seen, f.Kind+"/"+f.Metric+"/"+who)
+		if f.Metric == "bytes" && (f.Value != 500 || f.Median != 1000 || f.Host != "c") {
+			t.Errorf("bytes flag %+v: want value 500, median 1000 on host c", f)
+		}
+	}
+	want := "imbalance/bytes/rank:4 imbalance/bytes/rank:5 imbalance/ops/rank:4 imbalance/ops/rank:5 imbalance/bytes/host:c imbalance/ops/host:c " +
+		"straggler/busy_seconds/rank:4 straggler/busy_seconds/rank:5 straggler/busy_seconds/host:c"
+	if strings.Join(seen, " ") != want {
+		t.Errorf("flags\n got %s\nwant %s", strings.Join(seen, " "), want)
+	}
+	// A looser tolerance lets the same phase through on bytes and ops.
+	for _, f := range FlagsWith(&Manifest{Phases: []PhaseResult{{Name: "w", Status: StatusPassed, Ranks: 6, PerRank: rows}}}, TolerantFlagOptions(0.6)) {
+		if f.Kind == FlagImbalance {
+			t.Errorf("tolerance 0.6: %+v", f)
+		}
+	}
+}
+
 func TestFlagRules(t *testing.T) {
 	rows := func(secs ...float64) []RankResult {
 		var out []RankResult
@@ -50,6 +91,8 @@ func TestFlagRules(t *testing.T) {
 		{"flat within tolerance", sweep(100, 95, 92), nil},
 		{"inversion against the best so far", sweep(100, 200, 170, 210), []string{"scale_inversion@4"}},
 		{"every step down", sweep(100, 80, 60), []string{"scale_inversion@2", "scale_inversion@4"}},
+		{"time-based: one rank moved a third", []PhaseResult{{Name: "p", Status: StatusPassed, Ranks: 3, PerRank: work([3]float64{1, 1510e6, 100}, [3]float64{1, 472e6, 30}, [3]float64{1, 1490e6, 99})}}, []string{"imbalance@3/1", "imbalance@3/1"}},
+		{"work within tolerance", []PhaseResult{{Name: "p", Status: StatusPassed, Ranks: 3, PerRank: work([3]float64{1, 100, 100}, [3]float64{1, 81, 81}, [3]float64{1, 120, 120})}}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var got []string

@@ -11,7 +11,8 @@ import (
 // and per phase (per rank count of a sweep) one testcase for its status —
 // a failed phase carries a <failure> with its error, an interrupted one an
 // <error>, a skipped one <skipped/> — and one testcase per [phase.expect]
-// verdict, failed when the limit was missed. The classname is the plan
+// verdict, failed when the limit was missed (a phase failed by its verdicts
+// alone counts once per missed threshold, not once more). The classname is the plan
 // name; a testcase's time is the phase's wall seconds.
 func WriteJUnit(w io.Writer, m *Manifest) error {
 	plan := PlanName(m)
@@ -47,18 +48,21 @@ func WriteJUnit(w io.Writer, m *Manifest) error {
 			name = fmt.Sprintf("%s [%d ranks]", p.Name, p.Ranks)
 		}
 		tc := junitCase{ClassName: plan, Name: name, Time: seconds(p.WallSeconds)}
-		switch p.Status {
-		case StatusFailed:
+		switch {
+		case p.Status == StatusFailed && p.ExpectMissed():
+			// Failed on its verdicts alone: each missed threshold is its
+			// own failing testcase below, so the failures count them.
+		case p.Status == StatusFailed:
 			msg := "phase failed"
 			if p.FailedRank != nil {
 				msg = fmt.Sprintf("phase failed on rank %d", *p.FailedRank)
 			}
 			tc.Failure = &junitFailure{Message: msg, Type: "phase", Text: p.Error}
 			suite.Failures++
-		case StatusInterrupted:
+		case p.Status == StatusInterrupted:
 			tc.Error = &junitFailure{Message: "phase interrupted", Type: "interrupted", Text: p.Error}
 			suite.Errors++
-		case StatusSkipped:
+		case p.Status == StatusSkipped:
 			tc.Skipped = &junitSkipped{Message: "not run: an earlier phase failed or the run was interrupted"}
 			suite.Skipped++
 		}

@@ -13,8 +13,9 @@ import (
 )
 
 // SchemaVersion is bumped whenever a key listed in the README's manifest
-// section is renamed or changes meaning. Adding keys does not bump it.
-const SchemaVersion = 1
+// section is renamed or changes meaning (2: phase params keep their TOML
+// types instead of strings). Adding keys does not bump it.
+const SchemaVersion = 2
 
 // Run statuses and phase statuses.
 const (
@@ -44,6 +45,29 @@ type Manifest struct {
 	// Flags are the outliers Flags found: scale inversions in sweeps and
 	// straggler ranks.
 	Flags []Flag `json:"flags,omitempty"`
+	// StragglerTolerance is [plan] straggler_tolerance, the flags' rule.
+	StragglerTolerance float64 `json:"straggler_tolerance,omitempty"`
+	// Hosts are every rank's host and the filesystem under its workdir,
+	// one entry per host (per distinct filesystem when ranks of a host
+	// saw different ones, which only [plan] allow_mixed_fs lets run).
+	Hosts []HostFS `json:"hosts,omitempty"`
+	// CommandLine is the command the user ran (for the ranks of prism run
+	// -n, the launcher's), argument by argument.
+	CommandLine []string `json:"command_line,omitempty"`
+}
+
+// HostFS is what the ranks of one host found under their workdir.
+type HostFS struct {
+	Hostname    string `json:"hostname"`
+	Ranks       []int  `json:"ranks"`
+	Workdir     string `json:"workdir"`
+	FSType      string `json:"fs_type"`
+	MountSource string `json:"mount_source"`
+	MountPoint  string `json:"mount_point"`
+	// FSID is statfs(2)'s f_fsid, in hex: two paths show the same
+	// filesystem when it is the same (on one host).
+	FSID  string `json:"fs_id"`
+	Error string `json:"error,omitempty"` // why the facts could not be read
 }
 
 // CommInfo says how the ranks found each other.
@@ -74,8 +98,12 @@ type HostInfo struct {
 	MPILibrary    string   `json:"mpi_library"`
 	SlurmJobID    string   `json:"slurm_job_id"`
 	SlurmNodeList string   `json:"slurm_node_list,omitempty"`
-	SlurmTasks    string   `json:"slurm_tasks_per_node,omitempty"`
-	Warnings      []string `json:"warnings,omitempty"`
+	// SlurmNodes is SlurmNodeList expanded (node[1-3] → node1, node2,
+	// node3), SlurmNodeCount its length.
+	SlurmNodes     []string `json:"slurm_nodes,omitempty"`
+	SlurmNodeCount int      `json:"slurm_node_count,omitempty"`
+	SlurmTasks     string   `json:"slurm_tasks_per_node,omitempty"`
+	Warnings       []string `json:"warnings,omitempty"`
 }
 
 // PhaseResult is one phase (one rank count of a sweep) as rank 0 saw it.
@@ -87,6 +115,8 @@ type PhaseResult struct {
 	Error      string `json:"error,omitempty"`
 	FailedRank *int   `json:"failed_rank,omitempty"`
 	Ranks      int    `json:"ranks"`
+	// Nodes is the host count of a phase that selected nodes (nodes = k).
+	Nodes int `json:"nodes,omitempty"`
 	// Group and ConcurrentWith mark phases that ran at the same time on
 	// disjoint ranks ([[phase]] group = "…").
 	Group          string             `json:"group,omitempty"`
@@ -102,19 +132,52 @@ type PhaseResult struct {
 	OpsByType      map[string]OpStats `json:"ops_by_type"`
 	// FirstDoneSeconds and LastDoneSeconds are the fastest and the slowest
 	// rank's busy time: their gap is the straggler spread.
-	FirstDoneSeconds float64            `json:"first_done_seconds"`
-	LastDoneSeconds  float64            `json:"last_done_seconds"`
-	PerRank          []RankResult       `json:"per_rank"`
-	Iterations       []float64          `json:"iterations"`
-	WarmupIterations int                `json:"warmup_iterations"`
-	Cache            CacheInfo          `json:"cache"`
-	Expect           []Verdict          `json:"expect"`
-	Metrics          map[string]float64 `json:"metrics,omitempty"`
-	Params           any                `json:"params,omitempty"`
+	FirstDoneSeconds float64      `json:"first_done_seconds"`
+	LastDoneSeconds  float64      `json:"last_done_seconds"`
+	PerRank          []RankResult `json:"per_rank"`
+	// PerHost sums the ranks of each host, in the order of their first
+	// rank; PerNode* are the aggregate rates over the number of hosts (the
+	// vendor PoC's "per node average").
+	PerHost            []HostResult       `json:"per_host,omitempty"`
+	PerNodeBytesPerSec float64            `json:"per_node_bytes_per_sec,omitempty"`
+	PerNodeOpsPerSec   float64            `json:"per_node_ops_per_sec,omitempty"`
+	Iterations         []float64          `json:"iterations"`
+	WarmupIterations   int                `json:"warmup_iterations"`
+	Cache              CacheInfo          `json:"cache"`
+	Expect             []Verdict          `json:"expect"`
+	Metrics            map[string]float64 `json:"metrics,omitempty"`
+	// MetricArrays are a phase's figures that are lists (one per
+	// checkpoint, one per simulated process), as JSON arrays.
+	MetricArrays map[string][]float64 `json:"metric_arrays,omitempty"`
+	Params       any                  `json:"params,omitempty"`
 	// Histograms holds each op type's merged histogram, HdrHistogram V2
 	// compressed and base64-encoded, so other tools can re-read the
 	// distribution exactly.
 	Histograms map[string]string `json:"histograms,omitempty"`
+	// Storage is where a phase over object storage ran; absent for the
+	// workdir.
+	Storage *StorageInfo `json:"storage,omitempty"`
+	// Notes are a phase's own facts about how it ran, as text (blockio's
+	// ioengine and, when io_uring was refused, ioengine_fallback).
+	Notes map[string]string `json:"notes,omitempty"`
+	// Timeline is the phase's ops and bytes per second since its start
+	// (coarser past SeriesCap seconds), per op type, summed over ranks.
+	Timeline *Timeline `json:"timeline,omitempty"`
+	// MetricLines are the phase's figures of merit as another tool prints
+	// them (MLPerf Storage's "[METRIC] …" lines), as the summary shows them.
+	MetricLines []string `json:"metric_lines,omitempty"`
+}
+
+// StorageInfo records the object storage a phase ran over: the URI of the
+// plan, the run's prefix in it, the client's settings (endpoint, region,
+// addressing, TLS verification, timeouts, pool, retries, library; never a
+// credential) and, with retries on, the requests sent beyond the first,
+// per operation, by the rank-0 client since the run began.
+type StorageInfo struct {
+	URI       string           `json:"uri"`
+	RunPrefix string           `json:"run_prefix"`
+	Client    any              `json:"client"`
+	Retries   map[string]int64 `json:"retries,omitempty"`
 }
 
 // Latency summarises a histogram, in nanoseconds.
@@ -138,6 +201,22 @@ type OpStats struct {
 	Latency     Latency `json:"latency_ns"`
 }
 
+// HostResult is one host's ranks of a phase, summed. Its rates are its
+// bytes and ops over the phase's wall, so the hosts' rates add up to the
+// phase's.
+type HostResult struct {
+	Host             string  `json:"host"`
+	Ranks            []int   `json:"ranks"`
+	Bytes            int64   `json:"bytes"`
+	Ops              int64   `json:"ops"`
+	Errors           int64   `json:"errors"`
+	BytesPerSec      float64 `json:"bytes_per_sec"`
+	OpsPerSec        float64 `json:"ops_per_sec"`
+	FirstDoneSeconds float64 `json:"first_done_seconds"`
+	LastDoneSeconds  float64 `json:"last_done_seconds"`
+	MaxLatencyNs     int64   `json:"max_latency_ns"`
+}
+
 // RankResult is one rank's row of a phase.
 type RankResult struct {
 	Rank         int     `json:"rank"`
@@ -157,15 +236,51 @@ type CacheInfo struct {
 	Requested string `json:"requested"`
 	Applied   string `json:"applied"`
 	Reason    string `json:"reason,omitempty"`
+	// DroppedBy names, for drop_caches, the one rank of each host that
+	// dropped the host's caches.
+	DroppedBy []HostRank `json:"dropped_by,omitempty"`
+}
+
+// HostRank is a rank and its host.
+type HostRank struct {
+	Host string `json:"host"`
+	Rank int    `json:"rank"`
 }
 
 // Verdict is one expectation checked against a phase's result.
 type Verdict struct {
+	// Metric is the figure checked: "p99", or "<op>.p99" for a
+	// [phase.expect.<op>] threshold (Op then names the op type).
 	Metric string  `json:"metric"`
+	Op     string  `json:"op,omitempty"`
 	Limit  string  `json:"limit"`
 	Value  string  `json:"value"`
 	Passed bool    `json:"passed"`
 	Raw    float64 `json:"raw_value"`
+}
+
+// Reason is the verdict in words: "write.p99 3.2ms, limit 1ms".
+func (v Verdict) Reason() string {
+	return fmt.Sprintf("%s %s, limit %s", v.Metric, v.Value, v.Limit)
+}
+
+// ExpectMissed reports whether an expectation of the phase missed. The
+// engine checks expectations only when the phase ran without error, so a
+// failed phase whose expectation missed failed on its verdict alone.
+func (p *PhaseResult) ExpectMissed() bool {
+	for _, v := range p.Expect {
+		if !v.Passed {
+			return true
+		}
+	}
+	return false
+}
+
+// Blocking reports whether the phase failed in a way that stops the run
+// (an error, an interrupt), as opposed to a verdict: a missed expectation
+// fails the phase and the run, but the phases after it still run.
+func (p *PhaseResult) Blocking() bool {
+	return p.Status != StatusPassed && !(p.Status == StatusFailed && p.ExpectMissed())
 }
 
 // Summarize computes the latency summary of h.
@@ -212,7 +327,9 @@ func DecodeHistogram(s string) (*hdr.Histogram, error) {
 }
 
 // WriteFileAtomic writes b to path through a temporary file and a rename, so
-// a reader (or a job killed mid-write) never sees half a manifest.
+// a reader (or a job killed mid-write) never sees half a manifest. The file
+// gets ResultFileMode (0666 masked by the umask) before the rename, so it
+// appears readable or not at all.
 func WriteFileAtomic(path string, b []byte) error {
 	dir := filepath.Dir(path)
 	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
@@ -220,7 +337,10 @@ func WriteFileAtomic(path string, b []byte) error {
 		return err
 	}
 	tmp := f.Name()
-	if _, err = f.Write(b); err == nil {
+	if err = f.Chmod(ResultFileMode()); err == nil {
+		_, err = f.Write(b)
+	}
+	if err == nil {
 		err = f.Sync()
 	}
 	if cerr := f.Close(); err == nil {

@@ -53,6 +53,7 @@ type series struct {
 	label  string
 	color  color.RGBA
 	dashed bool
+	repeat bool             // its colour is another series' too: dashed to tell them apart
 	glyph  draw.GlyphDrawer // nil: no point markers
 	xys    plotter.XYs
 }
@@ -90,7 +91,7 @@ func addSeries(p *plot.Plot, ss []series) error {
 		}
 		l.Color = s.color
 		l.Width = vg.Points(1.6)
-		if s.dashed {
+		if s.dashed || s.repeat {
 			l.Dashes = []vg.Length{vg.Points(5), vg.Points(3)}
 		}
 		p.Add(l)
@@ -135,77 +136,6 @@ func renderSVG(p *plot.Plot, w, h vg.Length) (out template.HTML, err error) {
 	// vgsvg escapes every text it writes (html.EscapeString), so the
 	// markup is safe to inline.
 	return template.HTML(s), nil // #nosec: generated SVG, text escaped by vgsvg
-}
-
-// cdfPoints turns a histogram into the steps of its cumulative
-// distribution: (latency ns, fraction of ops ≤ latency), at most about
-// maxPoints points (nearby steps are merged on a log scale).
-func cdfPoints(h *hdr.Histogram) plotter.XYs {
-	total := float64(h.TotalCount())
-	if total == 0 {
-		return nil
-	}
-	const maxPoints = 800
-	minV, maxV := float64(max(h.Min(), 1)), float64(max(h.Max(), 1))
-	step := 0.0
-	if maxV > minV {
-		step = math.Log(maxV/minV) / maxPoints
-	}
-	var xys plotter.XYs
-	var cum int64
-	lastX := 0.0
-	for _, b := range h.Distribution() {
-		if b.Count == 0 {
-			continue
-		}
-		cum += b.Count
-		x := float64(max(b.To, 1))
-		y := float64(cum) / total
-		if n := len(xys); n > 0 && math.Log(x/lastX) < step && cum != h.TotalCount() {
-			xys[n-1].Y = y // merge into the previous step
-			continue
-		}
-		if len(xys) == 0 {
-			xys = append(xys, plotter.XY{X: float64(max(b.From, 1)), Y: 0})
-		} else {
-			xys = append(xys, plotter.XY{X: x, Y: xys[len(xys)-1].Y})
-		}
-		xys = append(xys, plotter.XY{X: x, Y: y})
-		lastX = x
-	}
-	return xys
-}
-
-// cdfPlot is a latency CDF with a logarithmic latency axis.
-func cdfPlot(title string, ss []series) (template.HTML, error) {
-	p := newPlot(title, "latency (log scale)", "fraction of ops ≤ latency")
-	lo, hi := math.Inf(1), 0.0
-	for _, s := range ss {
-		for _, xy := range s.xys {
-			lo, hi = math.Min(lo, xy.X), math.Max(hi, xy.X)
-		}
-	}
-	if hi == 0 {
-		return "", nil
-	}
-	p.X.Scale = plot.LogScale{}
-	p.X.Min = math.Pow(10, math.Floor(math.Log10(lo)))
-	p.X.Max = math.Pow(10, math.Ceil(math.Log10(hi)))
-	if p.X.Max <= p.X.Min {
-		p.X.Max = p.X.Min * 10
-	}
-	p.X.Tick.Marker = durationLogTicks{}
-	p.Y.Min, p.Y.Max = 0, 1.02
-	p.Y.Tick.Marker = plot.ConstantTicks{{Value: 0, Label: "0"}, {Value: 0.25, Label: "0.25"}, {Value: 0.5, Label: "0.5"},
-		{Value: 0.75, Label: "0.75"}, {Value: 0.9}, {Value: 0.99}, {Value: 1, Label: "1"}}
-	if err := addSeries(p, ss); err != nil {
-		return "", err
-	}
-	p.Legend.Top = true // above a CDF's rise, the top left is empty
-	p.Legend.Left = true
-	p.Legend.XOffs = vg.Points(6)
-	p.Legend.YOffs = -vg.Points(4)
-	return renderSVG(p, plotW, plotH)
 }
 
 // durationLogTicks labels a log axis of nanoseconds at every decade (and
@@ -298,8 +228,8 @@ func rankTicks(counts []int) plot.ConstantTicks {
 // counts span a factor of 4 or more); y from zero, or, with logNs, on a
 // log scale of nanoseconds labelled as durations (mean and P99 latency
 // far apart on one plot).
-func sweepPlot(title, ylabel string, counts []int, ss []series, logNs bool) (template.HTML, error) {
-	p := newPlot(title, "ranks", ylabel)
+func sweepPlot(title, xlabel, ylabel string, counts []int, ss []series, logNs bool) (template.HTML, error) {
+	p := newPlot(title, xlabel, ylabel)
 	sort.Ints(counts)
 	lo, hi := float64(counts[0]), float64(counts[len(counts)-1])
 	if hi/lo >= 4 {
@@ -311,13 +241,18 @@ func sweepPlot(title, ylabel string, counts []int, ss []series, logNs bool) (tem
 	}
 	p.X.Tick.Marker = rankTicks(counts)
 	ymin, ymax := math.Inf(1), 0.0
+	points := 0
 	for _, s := range ss {
+		points += len(s.xys)
 		for _, xy := range s.xys {
 			ymax = math.Max(ymax, xy.Y)
 			if xy.Y > 0 {
 				ymin = math.Min(ymin, xy.Y)
 			}
 		}
+	}
+	if points == 0 {
+		return "", nil // no instance passed: nothing to draw
 	}
 	if logNs && ymax > 0 {
 		p.Y.Scale = plot.LogScale{}
@@ -369,7 +304,13 @@ type barGroup struct {
 // are overlaid), with each group's straggler limit as a dashed line. With
 // very many ranks the bars become a line per run.
 func rankBars(title, ylabel string, groups []barGroup) (template.HTML, error) {
-	p := newPlot(title, "rank", ylabel)
+	return bars(title, "rank", nil, ylabel, groups)
+}
+
+// bars is rankBars with other bars than ranks: names, when given, label
+// the bars (hosts) on the x axis.
+func bars(title, xlabel string, names []string, ylabel string, groups []barGroup) (template.HTML, error) {
+	p := newPlot(title, xlabel, ylabel)
 	n, ymax := 0, 0.0
 	for _, g := range groups {
 		n = max(n, len(g.values))
@@ -426,7 +367,11 @@ func rankBars(title, ylabel string, groups []barGroup) (template.HTML, error) {
 	if n <= 32 {
 		var t plot.ConstantTicks
 		for i := 0; i < n; i++ {
-			t = append(t, plot.Tick{Value: float64(i), Label: fmt.Sprint(i)})
+			label := fmt.Sprint(i)
+			if i < len(names) {
+				label = names[i]
+			}
+			t = append(t, plot.Tick{Value: float64(i), Label: label})
 		}
 		p.X.Tick.Marker = t
 	}
@@ -440,4 +385,175 @@ func rankBars(title, ylabel string, groups []barGroup) (template.HTML, error) {
 	p.Legend.Left = true
 	p.Legend.XOffs = vg.Points(6)
 	return renderSVG(p, plotW, plotH)
+}
+
+// legendRoom is the fraction of a plot's height that a legend of n
+// entries in its top left corner takes: the axis is extended by that
+// much above the data, so no entry covers a curve.
+func legendRoom(n int) float64 { return 0.06 + 0.055*float64(n) }
+
+// logMaxWithRoom is the top of a log axis from lo to hi with room for a
+// legend of n entries above hi.
+func logMaxWithRoom(lo, hi float64, n int) float64 {
+	f := legendRoom(n)
+	return math.Pow(10, math.Log10(hi)+f/(1-f)*math.Log10(hi/lo))
+}
+
+// percentileMarks are the percentiles labelled on a percentile plot's
+// axis, at x = 1/(1−q).
+var percentileMarks = []struct {
+	x     float64
+	label string
+}{{1, "p0"}, {2, "p50"}, {10, "p90"}, {100, "p99"}, {1e3, "p99.9"}, {1e4, "p99.99"}, {1e5, "p99.999"}}
+
+// percentilePoints samples h's latency at quantile q against x = 1/(1−q),
+// HdrHistogram's classic percentile distribution: 20 points per decade
+// from p0 up to p99.999, or up to where the op count still resolves the
+// tail (1/(1−q) ≤ ops), ending at the maximum.
+func percentilePoints(h *hdr.Histogram) plotter.XYs {
+	total := h.TotalCount()
+	if total == 0 {
+		return nil
+	}
+	xEnd := math.Min(1e5, math.Max(float64(total), 2))
+	var xys plotter.XYs
+	for k := 0; ; k++ {
+		x := math.Pow(10, float64(k)/20)
+		if x >= xEnd {
+			break
+		}
+		xys = append(xys, plotter.XY{X: x, Y: float64(max(h.ValueAtQuantile(100*(1-1/x)), 1))})
+	}
+	return append(xys, plotter.XY{X: xEnd, Y: float64(max(h.Max(), 1))})
+}
+
+// percentilePlot draws latency against percentile on a logarithmic
+// 1/(1−q) axis, where a tail that grew shows as a curve that rose on the
+// right. The latency axis is logarithmic when the curves span more than a
+// factor of 10, else linear from zero in one unit.
+func percentilePlot(title string, ss []series) (template.HTML, error) {
+	lo, hi, xmax := math.Inf(1), 0.0, 0.0
+	for _, s := range ss {
+		for _, xy := range s.xys {
+			lo, hi, xmax = math.Min(lo, xy.Y), math.Max(hi, xy.Y), math.Max(xmax, xy.X)
+		}
+	}
+	if hi == 0 {
+		return "", nil
+	}
+	p := newPlot(title, "percentile (log scale of 1/(1−q))", "")
+	p.X.Scale = plot.LogScale{}
+	p.X.Min, p.X.Max = 1, math.Max(xmax, 10)
+	var ticks plot.ConstantTicks
+	for _, m := range percentileMarks {
+		if m.x <= p.X.Max*1.0001 {
+			ticks = append(ticks, plot.Tick{Value: m.x, Label: m.label})
+		}
+	}
+	p.X.Tick.Marker = ticks
+	if hi > 10*lo {
+		p.Y.Label.Text = "latency (log scale)"
+		p.Y.Scale = plot.LogScale{}
+		p.Y.Tick.Marker = durationLogTicks{}
+		p.Y.Min = math.Pow(10, math.Floor(math.Log10(lo)))
+		p.Y.Max = logMaxWithRoom(p.Y.Min, hi, legendEntries(ss))
+	} else {
+		unit, div := durationUnit(hi)
+		p.Y.Label.Text = "latency (" + unit + ")"
+		scaled := make([]series, len(ss))
+		for i, s := range ss {
+			scaled[i] = s
+			scaled[i].xys = make(plotter.XYs, len(s.xys))
+			for j, xy := range s.xys {
+				scaled[i].xys[j] = plotter.XY{X: xy.X, Y: xy.Y / div}
+			}
+		}
+		ss = scaled
+		p.Y.Min, p.Y.Max = 0, hi/div/(1-legendRoom(legendEntries(ss)))
+		p.Y.Tick.Marker = plainTicks{}
+	}
+	return drawWithLegend(p, ss)
+}
+
+// maxLegend is the most entries a legend inside a plot holds; a plot of
+// more series gets its legend below it, in HTML, where it covers nothing.
+const maxLegend = 4
+
+// drawWithLegend adds ss to p and renders it, with the legend in the top
+// left corner, or below the plot when there are more than maxLegend
+// entries.
+func drawWithLegend(p *plot.Plot, ss []series) (template.HTML, error) {
+	inside := ss
+	if len(ss) > maxLegend {
+		inside = make([]series, len(ss))
+		for i, s := range ss {
+			inside[i] = s
+			inside[i].label = ""
+		}
+	}
+	if err := addSeries(p, inside); err != nil {
+		return "", err
+	}
+	p.Legend.Top = true
+	p.Legend.Left = true
+	p.Legend.XOffs = vg.Points(6)
+	svg, err := renderSVG(p, plotW, plotH)
+	if err != nil || len(ss) <= maxLegend {
+		return svg, err
+	}
+	var b strings.Builder
+	b.WriteString(`<div class="legend">`)
+	for _, s := range ss {
+		style := "solid"
+		if s.dashed || s.repeat {
+			style = "dashed"
+		}
+		fmt.Fprintf(&b, `<span><i style="border-top:3px %s %s"></i>%s</span>`, style, cssColor(s.color), template.HTMLEscapeString(s.label))
+	}
+	b.WriteString(`</div>`)
+	return svg + template.HTML(b.String()), nil
+}
+
+// legendEntries is how many entries a plot's own legend has.
+func legendEntries(ss []series) int {
+	if len(ss) > maxLegend {
+		return 0
+	}
+	return len(ss)
+}
+
+// stairs turns per-interval counts into a rate drawn as steps: each
+// interval a flat segment at count/width, the last one as wide as lastW
+// (the phase ended inside it) when 0 < lastW < width.
+func stairs(counts []int64, width, lastW, div float64) plotter.XYs {
+	var xys plotter.XYs
+	for i, c := range counts {
+		t0, w := float64(i)*width, width
+		if i == len(counts)-1 && lastW > 0 && lastW < width {
+			w = lastW
+		}
+		v := float64(c) / w / div
+		xys = append(xys, plotter.XY{X: t0, Y: v}, plotter.XY{X: t0 + w, Y: v})
+	}
+	return xys
+}
+
+// timelinePlot draws rates against seconds since the phase's start, from
+// zero.
+func timelinePlot(title, ylabel string, ss []series) (template.HTML, error) {
+	ymax, xmax := 0.0, 0.0
+	for _, s := range ss {
+		for _, xy := range s.xys {
+			ymax, xmax = math.Max(ymax, xy.Y), math.Max(xmax, xy.X)
+		}
+	}
+	if xmax == 0 || math.IsInf(ymax+xmax, 0) || math.IsNaN(ymax+xmax) {
+		return "", nil
+	}
+	p := newPlot(title, "seconds since the phase's start", ylabel)
+	p.X.Min, p.X.Max = 0, xmax
+	p.X.Tick.Marker = plainTicks{}
+	p.Y.Min, p.Y.Max = 0, math.Max(ymax/(1-legendRoom(legendEntries(ss))), 1e-9)
+	p.Y.Tick.Marker = plainTicks{}
+	return drawWithLegend(p, ss)
 }

@@ -1,6 +1,7 @@
 package report
 
 import (
+	"path/filepath"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -36,7 +37,8 @@ type Recorder struct {
 	live struct {
 		inflight atomic.Int64 // start of the op in flight (ns since epoch), 0 if none
 		target   atomic.Pointer[string]
-		done     atomic.Int64 // ops + errors so far
+		under    atomic.Pointer[string] // the directory a relative target is in (Under)
+		done     atomic.Int64           // ops + errors so far
 		bytes    atomic.Int64
 	}
 
@@ -48,6 +50,11 @@ type Recorder struct {
 	// miss cost a 3 µs stat loop 3-4% of its rate. Folded in a batch, the
 	// array stays in the TLB and cache for all pendCap records.
 	pend [pendCap]int64
+
+	// series counts ops and bytes per second since the phase's start
+	// (series.go); last, so that its buckets do not sit between the hot
+	// fields above.
+	series opSeries
 }
 
 // pendCap latencies (1 KiB) are buffered before they go into the histogram.
@@ -103,16 +110,34 @@ func (r *Recorder) BeginOn(target *string) time.Time {
 	return r.Begin()
 }
 
+// Under names the directory the recorder's relative targets are in (the
+// path of the directory handle a phase's *at calls go through), so that a
+// stall report names the file whole. It returns r, and is called once per
+// Setup or Run, not per op.
+func (r *Recorder) Under(dir string) *Recorder {
+	if p := r.live.under.Load(); p == nil || *p != dir {
+		d := dir // only a change moves a copy to the heap, not every call
+		r.live.under.Store(&d)
+	}
+	return r
+}
+
 // NewRecorder returns an empty recorder for op. The histogram's counts are
 // written once here, outside any timed op: a large allocation fresh from
 // the OS is not zeroed by Go, so its pages would be mapped in one by one by
 // the first record landing on each, a page fault (tens of µs on a VM) in the
 // latency of that op. Measured: ~20 faults per timed 20,000-op stat loop
 // before, none after.
-func NewRecorder(op string) *Recorder {
+func NewRecorder(op string) *Recorder { return newRecorder(op, new(atomic.Int64)) }
+
+// newRecorder is NewRecorder for a recorder of a set, whose series counts
+// from the set's phase start.
+func newRecorder(op string, origin *atomic.Int64) *Recorder {
 	h := NewHistogram()
 	h.Reset() // writes every count, so every page is mapped now
-	return &Recorder{Op: op, hist: h}
+	r := &Recorder{Op: op, hist: h}
+	r.series.init(origin)
+	return r
 }
 
 // Observe records one op that started at start, moved n bytes and returned
@@ -120,13 +145,28 @@ func NewRecorder(op string) *Recorder {
 // Errors and kept out of the latency distribution, so a burst of instant
 // EACCES cannot pull the percentiles down.
 func (r *Recorder) Observe(start time.Time, n int, err error) {
-	r.ObserveNs(int64(time.Since(start)), int64(n), err)
+	ns := int64(time.Since(start))
+	r.observe(ns, int64(start.Sub(epoch))+ns, int64(n), err) // start and epoch are monotonic: no second clock read
 }
 
 // ObserveNs records an op whose duration is already known (ops timed by an
 // external tool such as fio, or by a caller that shares one clock read
 // between two ops).
+//
+// The op's end, for the time series, is its start as Begin, BeginAt or
+// BeginOn marked it plus ns; without one, the clock is read (or, after
+// NoSeries, the op is in no series).
 func (r *Recorder) ObserveNs(ns, n int64, err error) {
+	end := int64(0)
+	if s := r.live.inflight.Load(); s != 0 {
+		end = s - 1 + ns
+	}
+	r.observe(ns, end, n, err)
+}
+
+// observe records an op of ns that ended at end (ns since epoch; 0 if
+// unknown).
+func (r *Recorder) observe(ns, end, n int64, err error) {
 	r.live.inflight.Store(0)
 	if err != nil {
 		r.Errors++
@@ -147,6 +187,12 @@ func (r *Recorder) ObserveNs(ns, n int64, err error) {
 	}
 	r.Ops++
 	r.live.done.Store(r.Ops + r.Errors)
+	if !r.series.off {
+		if end == 0 {
+			end = int64(time.Since(epoch))
+		}
+		r.series.add(end-ns, end, n)
+	}
 	if n > 0 {
 		r.Bytes += n
 		r.live.bytes.Store(r.Bytes)
@@ -170,6 +216,9 @@ func (r *Recorder) Snapshot(now time.Time) Live {
 		l.InFlight = now.Sub(epoch) - time.Duration(s-1)
 		if t := r.live.target.Load(); t != nil {
 			l.Target = *t
+			if u := r.live.under.Load(); u != nil && l.Target != "" && !filepath.IsAbs(l.Target) {
+				l.Target = filepath.Join(*u, l.Target)
+			}
 		}
 	}
 	return l
@@ -181,6 +230,7 @@ func (r *Recorder) Merge(o *Recorder) {
 	r.Ops += o.Ops
 	r.Bytes += o.Bytes
 	r.Errors += o.Errors
+	r.series.merge(&o.series)
 	if o.MaxNs > r.MaxNs {
 		r.MaxNs = o.MaxNs
 	}
@@ -191,12 +241,13 @@ func (r *Recorder) Merge(o *Recorder) {
 // The map is guarded so a watchdog may list recorders while a worker adds
 // one; the recorders themselves are not.
 type Set struct {
-	mu   sync.Mutex
-	recs map[string]*Recorder
+	mu     sync.Mutex
+	recs   map[string]*Recorder
+	origin *atomic.Int64 // the phase's start for every recorder's series (StartSeries)
 }
 
 // NewSet returns an empty set.
-func NewSet() *Set { return &Set{recs: map[string]*Recorder{}} }
+func NewSet() *Set { return &Set{recs: map[string]*Recorder{}, origin: new(atomic.Int64)} }
 
 // Op returns the recorder for op, creating it on first use.
 func (s *Set) Op(op string) *Recorder {
@@ -205,7 +256,7 @@ func (s *Set) Op(op string) *Recorder {
 	if r, ok := s.recs[op]; ok {
 		return r
 	}
-	r := NewRecorder(op)
+	r := newRecorder(op, s.origin)
 	s.recs[op] = r
 	return r
 }
@@ -280,3 +331,8 @@ func FromCounts(counts []int64) *hdr.Histogram {
 
 // CountsLen is the length of every count array of the shared geometry.
 var CountsLen = len(NewHistogram().Export().Counts)
+
+// RecorderBytes is what one Recorder holds in memory (its histogram's
+// counts, its buffer of pending latencies and its time series): the unit of a phase's
+// memory estimate, one per op type and worker.
+var RecorderBytes = int64(CountsLen)*8 + pendCap*8 + 2*SeriesCap*8 + 1024

@@ -2,6 +2,7 @@ package report
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 )
@@ -122,10 +123,123 @@ func TestLiveSnapshot(t *testing.T) {
 	}
 }
 
+// The hot path allocates nothing, time series included: Observe,
+// ObserveNs after BeginAt, and ObserveNs without a Begin (a clock read),
+// on a set whose phase start is set and on one whose start the first op
+// takes.
 func TestRecorderObserveAllocatesNothing(t *testing.T) {
+	set := NewSet()
+	set.StartSeries(time.Now().Add(-1500 * time.Millisecond))
+	for _, r := range []*Recorder{NewRecorder("stat"), set.Sibling().Op("stat")} {
+		target := "/x"
+		if n := testing.AllocsPerRun(1000, func() { r.Observe(r.BeginOn(&target), 4096, nil) }); n != 0 {
+			t.Fatalf("Observe allocates %.1f per op, want 0", n)
+		}
+		if n := testing.AllocsPerRun(1000, func() {
+			r.BeginAt(&target, Ticks())
+			r.ObserveNs(1000, 4096, nil)
+			r.ObserveNs(1000, 0, nil)
+		}); n != 0 {
+			t.Fatalf("ObserveNs allocates %.1f per op, want 0", n)
+		}
+		if w, ext := r.SeriesShape(); w != int64(time.Second) || ext < int64(time.Second) {
+			t.Fatalf("the ops are in no series: interval %d, extent %d", w, ext)
+		}
+	}
+}
+
+// The time series: ops land in the second of their end, counted from the
+// set's start; a worker's sibling set shares it; a merge of a later
+// iteration lands later; a phase beyond SeriesCap seconds coarsens; and
+// AppendSeries exports at the interval the ranks agreed.
+func TestRecorderSeries(t *testing.T) {
+	set := NewSet()
+	t0 := time.Now()
+	set.StartSeries(t0)
+	r := set.Sibling().Op("write")
+	at := func(sec float64) time.Time { return t0.Add(time.Duration(sec * 1e9)) }
+	// Observe computes the end from its start: fake starts in the future
+	// are ops that end ~then.
+	for _, s := range []float64{0.1, 0.5, 0.9, 1.2, 3.7, 3.8} {
+		st := at(s)
+		r.series.add(int64(st.Sub(epoch)), int64(st.Sub(epoch)), 4096)
+		r.Ops++
+	}
+	w, ext := r.SeriesShape()
+	if w != int64(time.Second) || ext != 4*int64(time.Second) {
+		t.Fatalf("shape %d, %d; want 1 s, 4 s", w, ext)
+	}
+	got := r.AppendSeries(nil, w, 4)
+	want := []int64{3, 1, 0, 2, 3 * 4096, 4096, 0, 2 * 4096}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("series %v, want %v", got, want)
+	}
+	// At 2 s per interval: pairs summed.
+	if got := r.AppendSeries(nil, 2*w, 2); fmt.Sprint(got[:2]) != "[4 2]" {
+		t.Fatalf("coarse %v", got)
+	}
+	// A real Observe after BeginOn lands in the current second (bucket 0).
+	target := "f"
+	r2 := set.Op("read")
+	r2.Observe(r2.BeginOn(&target), 10, nil)
+	r2.ObserveNs(5, 10, nil) // no Begin: the clock says when
+	if got := r2.AppendSeries(nil, w, 1); got[0] != 2 || got[1] != 20 {
+		t.Fatalf("observed %v", got)
+	}
+	// Merged into a set started 10 s earlier: 10 s later in its series.
+	m := NewSet()
+	m.StartSeries(t0.Add(-10 * time.Second))
+	m.Op("write").Merge(r)
+	if got := m.Op("write").AppendSeries(nil, w, 14); got[10] != 3 || got[13] != 2 || got[0] != 0 {
+		t.Fatalf("merged %v", got[:14])
+	}
+	// An hour of one op per second coarsens to 4 s intervals, nothing lost.
+	long := NewSet()
+	long.StartSeries(t0)
+	lr := long.Op("stat")
+	for s := 0; s < 3600; s++ {
+		e := int64(at(float64(s) + 0.5).Sub(epoch))
+		lr.series.add(e, e, 0)
+	}
+	w, ext = lr.SeriesShape()
+	if w != 4*int64(time.Second) || ext != 3600*int64(time.Second) {
+		t.Fatalf("an hour: interval %v, extent %v", time.Duration(w), time.Duration(ext))
+	}
+	var sum int64
+	for _, v := range lr.AppendSeries(nil, w, 900)[:900] {
+		if v != 4 {
+			t.Fatalf("an hour at 4 s: bucket of %d ops", v)
+		}
+		sum += v
+	}
+	if sum != 3600 {
+		t.Fatalf("an hour: %d ops in the series", sum)
+	}
+	// NoSeries: counted, but in no series.
+	f := NewRecorder("read")
+	f.NoSeries()
+	f.ObserveNs(100, 1, nil)
+	if w, _ := f.SeriesShape(); w != 0 || f.Ops != 1 {
+		t.Fatalf("NoSeries: interval %d, ops %d", w, f.Ops)
+	}
+	// The summed buckets of two ops become a Timeline.
+	tl := NewTimeline([]string{"read", "stat"}, int64(time.Second), 2, []int64{1, 2, 10, 20, 5, 0, 0, 0})
+	if tl.Len() != 2 || tl.Bytes["read"][1] != 20 || tl.Ops["stat"][0] != 5 || tl.Bytes["stat"] != nil {
+		t.Fatalf("timeline %+v", tl)
+	}
+}
+
+// BenchmarkRecorderObserveNs is the bookkeeping alone, without a clock
+// read: BeginAt and ObserveNs of a loop that reads the op clock once per
+// op (here, a fixed reading). It must report 0 allocs/op.
+func BenchmarkRecorderObserveNs(b *testing.B) {
 	r := NewRecorder("stat")
-	target := "/x"
-	if n := testing.AllocsPerRun(1000, func() { r.Observe(r.BeginOn(&target), 4096, nil) }); n != 0 {
-		t.Fatalf("Observe allocates %.1f per op, want 0", n)
+	target := "/data/file"
+	t := Ticks()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		r.BeginAt(&target, t)
+		r.ObserveNs(1000+int64(i&1023), 4096, nil)
 	}
 }
