@@ -3,6 +3,7 @@ package slurm
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -88,7 +89,7 @@ func (o *BatchOptions) Validate() error {
 		return &OptionError{Flag: "nodes", Value: strconv.Itoa(o.Nodes), Msg: "must be at least 1"}
 	case o.NTasksPerNode < 1 || o.NTasksPerNode > 1<<16:
 		return &OptionError{Flag: "ntasks-per-node", Value: strconv.Itoa(o.NTasksPerNode), Msg: "must be at least 1"}
-	case !contains(MPITypes, o.MPI):
+	case !slices.Contains(MPITypes, o.MPI):
 		return &OptionError{Flag: "mpi", Value: o.MPI, Msg: "allowed: pmix (OpenMPI), pmi2 (MPICH)"}
 	case o.Partition != "" && !slurmName.MatchString(o.Partition):
 		return &OptionError{Flag: "partition", Value: o.Partition, Msg: "use letters, digits, '.', '_' and '-'"}
@@ -166,8 +167,9 @@ fi
 
 echo "prism: job ${SLURM_JOB_ID:-?} on ${SLURM_JOB_NODELIST:-?}: ${SLURM_NTASKS:-?} tasks, srun --mpi=$PRISM_MPI $PRISM_BIN ${args[*]}" >&2
 srun --mpi="$PRISM_MPI" "$PRISM_BIN" "${args[@]}"
-# Or, with OpenMPI's launcher inside the allocation:
-# mpirun --bind-to none "$PRISM_BIN" "${args[@]}"
+# Or, with OpenMPI's launcher inside the allocation (a dead rank leaves
+# the others to write a manifest naming it):
+# mpirun --bind-to none --mca orte_abort_on_non_zero_status 0 "$PRISM_BIN" "${args[@]}"
 `
 
 // ShellQuote returns s as one bash word that expands to exactly s: s in
@@ -178,13 +180,4 @@ srun --mpi="$PRISM_MPI" "$PRISM_BIN" "${args[@]}"
 // The empty string becomes a pair of single quotes.
 func ShellQuote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
