@@ -89,12 +89,12 @@ func (pl *Pool) Bytes() int64 { return int64(len(pl.buf)) }
 
 func (pl *Pool) start(key, gen uint64) int64 {
 	slots := uint64(pl.p / startAlign)
-	return int64(mix3(key, gen, pl.seed)%slots) * startAlign
+	return int64(pio.Mix3(key, gen, pl.seed)%slots) * startAlign
 }
 
 // stamp is the 8-byte value at piece offset block*StampEvery.
 func stamp(key, gen uint64, block int64) uint64 {
-	return mix3(key^0x7374616d70212121, gen, uint64(block)) // "stamp!!!"
+	return pio.Mix3(key^0x7374616d70212121, gen, uint64(block)) // "stamp!!!"
 }
 
 // Chunk returns bytes [off, off+n) of the piece (key, gen), n <= W, as a
@@ -275,20 +275,6 @@ var x4088Tables = func() (t [4][256]uint32) {
 	return
 }()
 
-// mix64 is the splitmix64 finalizer.
-func mix64(x uint64) uint64 {
-	x ^= x >> 30
-	x *= 0xbf58476d1ce4e5b9
-	x ^= x >> 27
-	x *= 0x94d049bb133111eb
-	x ^= x >> 31
-	return x
-}
-
-func mix3(a, b, c uint64) uint64 {
-	return mix64(mix64(mix64(a)+b+0x9e3779b97f4a7c15) + c)
-}
-
 // Key names a piece: a tensor and the byte of it where the piece starts.
 func Key(seed uint64, tensor string, lo int64) uint64 {
 	h := uint64(14695981039346656037) // FNV-1a
@@ -296,7 +282,7 @@ func Key(seed uint64, tensor string, lo int64) uint64 {
 		h ^= uint64(tensor[i])
 		h *= 1099511628211
 	}
-	return mix3(seed, h, uint64(lo))
+	return pio.Mix3(seed, h, uint64(lo))
 }
 
 func roundUp(x, a int64) int64 { return (x + a - 1) / a * a }

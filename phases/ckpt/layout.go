@@ -60,11 +60,24 @@ func (p Piece) Len() int64 { return p.Hi - p.Lo }
 // them).
 type Layout struct {
 	Format  string
+	Version TorchVersion // the torch release whose formats the files follow
 	Ranks   int
 	Tensors []Tensor
 	Files   []File
 	Pieces  []Piece
-	archive string // torch: the archive directory name inside the zip
+	archive string  // torch: the archive directory name inside the zip
+	stOrder [][]int // safetensors: each shard's tensors, in file order
+	roots   []any   // torch: the object each file pickles (nil: its tensors as a state_dict)
+	shapes  []fileShape
+	dcp     *dcpPlan
+}
+
+// addTensor places tensor t whole in file: a piece, unless its content
+// is a literal Value.
+func (l *Layout) addTensor(t, file int, seed uint64) {
+	if l.Tensors[t].Value == nil {
+		l.addPiece(t, file, 0, l.Tensors[t].Bytes(), 0, seed)
+	}
 }
 
 func (l *Layout) addPiece(t, file int, lo, hi, row int64, seed uint64) {
@@ -73,12 +86,22 @@ func (l *Layout) addPiece(t, file int, lo, hi, row int64, seed uint64) {
 }
 
 // NewTorch is torch.save(state_dict, name) by rank 0: one archive holding
-// every tensor whole.
+// every tensor whole, as a flat state dict, in the default torch version.
 func NewTorch(tensors []Tensor, seed uint64, name string) *Layout {
-	l := &Layout{Format: FormatTorch, Ranks: 1, Tensors: tensors, archive: strings.TrimSuffix(name, ".pt")}
+	return NewTorchState(FlatState(tensors), seed, name, DefaultTorchVersion)
+}
+
+// NewTorchState is torch.save(st, name) by rank 0 as torch version v
+// writes it (Model.State gives what training scripts save: the model's
+// state_dict, with an optimizer {"model": ..., "optimizer": ...}).
+func NewTorchState(st *State, seed uint64, name string, v TorchVersion) *Layout {
+	l := &Layout{Format: FormatTorch, Version: v, Ranks: 1, Tensors: st.Tensors, archive: strings.TrimSuffix(name, ".pt")}
 	l.Files = []File{{Name: name}}
-	for i, t := range tensors {
-		l.addPiece(i, 0, 0, t.Bytes(), 0, seed)
+	l.roots = []any{st.root}
+	for i, t := range st.Tensors {
+		if t.Value == nil {
+			l.addPiece(i, 0, 0, t.Bytes(), 0, seed)
+		}
 	}
 	return l
 }
@@ -93,7 +116,7 @@ type TorchFile struct {
 // NewTorchFiles is a set of torch.save'd state dicts, each written by the
 // rank it names (MLPerf's DLIO checkpoints).
 func NewTorchFiles(files []TorchFile, seed uint64, ranks int) *Layout {
-	l := &Layout{Format: FormatTorch, Ranks: ranks}
+	l := &Layout{Format: FormatTorch, Version: DefaultTorchVersion, Ranks: ranks}
 	for fi, f := range files {
 		l.Files = append(l.Files, File{Name: f.Name, Rank: f.Rank})
 		for _, t := range f.Tensors {
@@ -112,12 +135,13 @@ func NewTorchFiles(files []TorchFile, seed uint64, ranks int) *Layout {
 // size, largest first to the least loaded, and model.safetensors.index.json
 // written by rank 0 last.
 func NewSafetensors(tensors []Tensor, seed uint64, ranks int, sharded bool) *Layout {
-	l := &Layout{Format: FormatSafetensors, Ranks: ranks, Tensors: tensors}
+	l := &Layout{Format: FormatSafetensors, Version: DefaultTorchVersion, Ranks: ranks, Tensors: tensors}
 	if !sharded {
 		l.Ranks = 1
 		l.Files = []File{{Name: "model.safetensors"}}
-		for _, t := range safetensorsOrder(tensors, nil) {
-			l.addPiece(t, 0, 0, tensors[t].Bytes(), 0, seed)
+		l.stOrder = [][]int{safetensorsOrder(tensors, nil)}
+		for _, t := range l.stOrder[0] {
+			l.addTensor(t, 0, seed)
 		}
 		return l
 	}
@@ -134,8 +158,10 @@ func NewSafetensors(tensors []Tensor, seed uint64, ranks int, sharded bool) *Lay
 				mine = append(mine, t)
 			}
 		}
-		for _, t := range safetensorsOrder(tensors, mine) {
-			l.addPiece(t, r, 0, tensors[t].Bytes(), 0, seed)
+		order := safetensorsOrder(tensors, mine)
+		l.stOrder = append(l.stOrder, order)
+		for _, t := range order {
+			l.addTensor(t, r, seed)
 		}
 	}
 	l.Files = append(l.Files, File{Name: "model.safetensors.index.json", Final: true})
@@ -160,39 +186,6 @@ func safetensorsOrder(tensors []Tensor, subset []int) []int {
 		return a.Name < b.Name
 	})
 	return out
-}
-
-// NewDCP is torch.distributed.checkpoint's FileSystemWriter over ranks with
-// FSDP-sharded tensors: rank r holds the r-th chunk of every tensor's rows
-// (torch.chunk along dim 0, so trailing ranks may hold less or nothing) and
-// writes each as a torch.save'd item, into __<r>_0.distcp
-// (single_file_per_rank, the default) or one __<r>_<i>.distcp per item;
-// rank 0 then writes .metadata.tmp and renames it to .metadata.
-func NewDCP(tensors []Tensor, seed uint64, ranks int, filePerTensor bool) *Layout {
-	l := &Layout{Format: FormatDCP, Ranks: ranks, Tensors: tensors}
-	for r := 0; r < ranks; r++ {
-		file := -1
-		n := 0
-		for t, tn := range tensors {
-			lo, hi := ChunkRows(tn.Rows(), ranks, r)
-			if lo == hi {
-				continue
-			}
-			if file < 0 || filePerTensor {
-				l.Files = append(l.Files, File{Name: fmt.Sprintf("__%d_%d.distcp", r, n), Rank: r})
-				file = len(l.Files) - 1
-				n++
-			}
-			rb := tn.RowBytes()
-			l.addPiece(t, file, lo*rb, hi*rb, lo, seed)
-		}
-		if file < 0 && !filePerTensor {
-			// A rank with nothing to hold still creates its file.
-			l.Files = append(l.Files, File{Name: fmt.Sprintf("__%d_0.distcp", r), Rank: r})
-		}
-	}
-	l.Files = append(l.Files, File{Name: ".metadata", Tmp: ".metadata.tmp", Final: true})
-	return l
 }
 
 // ChunkRows is torch.chunk(rows, ranks)[r] as a row range: chunks of
@@ -275,14 +268,19 @@ func (l *Layout) Checksum(pl *Pool, gen uint64, pieces []int) {
 	}
 }
 
-// Build lays file i out: its segments, its size, and the offsets of its
-// pieces. keep retains the literal bytes (a writer or a verifying reader
-// needs them); without it only lengths are kept. A final file's content
-// needs every shard's offsets: Build lays those out first (lengths only)
-// when they have not been.
+// Build lays file i out: its segments, its size, the offsets of its
+// pieces, and the calls torch makes to write and read it (Calls). keep
+// retains the literal bytes (a writer or a verifying reader needs them);
+// without it only lengths are kept. A final file's content needs every
+// shard's offsets: Build lays those out first (lengths only) when they
+// have not been.
 func (l *Layout) Build(i int, keep bool) {
 	f := &l.Files[i]
 	b := &segBuilder{keep: keep}
+	if l.shapes == nil {
+		l.shapes = make([]fileShape, len(l.Files))
+	}
+	sh := fileShape{}
 	switch {
 	case f.Final:
 		for j := range l.Files {
@@ -290,38 +288,43 @@ func (l *Layout) Build(i int, keep bool) {
 				l.Build(j, false)
 			}
 		}
-		b.literal(l.finalContent(i))
+		content := l.finalContent(i)
+		if l.Format == FormatDCP {
+			sh.frames = pickleFrames(content)
+		}
+		b.literal(content)
 		b.flush()
 	case l.Format == FormatTorch:
-		pcs := f.pcs
-		ts := make([]Tensor, len(pcs))
-		names := make([]string, len(pcs))
-		sizes := make([]int64, len(pcs))
-		crcs := make([]uint32, len(pcs))
-		for k, p := range pcs {
-			ts[k] = l.Tensors[l.Pieces[p].Tensor]
-			names[k] = ts[k].Name
-			sizes[k], crcs[k] = l.Pieces[p].Len(), l.Pieces[p].CRC
-		}
 		archive := l.archive
 		if archive == "" {
 			archive = strings.TrimSuffix(f.Name[strings.LastIndexByte(f.Name, '/')+1:], ".pt")
 		}
-		torchArchive(b, archive, ts, names, pcs, sizes, crcs)
+		root := any(nil)
+		if i < len(l.roots) {
+			root = l.roots[i]
+		}
+		tensors := l.Tensors
+		if root == nil {
+			// A file of its pieces' tensors as a state_dict (MLPerf's).
+			var idx []int
+			for _, p := range f.pcs {
+				idx = append(idx, l.Pieces[p].Tensor)
+			}
+			root = moduleDict(tensors, idx)
+		}
+		byTensor := map[int]int{}
+		for _, p := range f.pcs {
+			byTensor[l.Pieces[p].Tensor] = p
+		}
+		zl, _ := torchArchive(b, l.Version, archive, tensors, root, func(t int) (int, int64, uint32) {
+			p := byTensor[t]
+			return p, l.Pieces[p].Len(), l.Pieces[p].CRC
+		})
+		sh.archives = []zipLayout{zl}
 	case l.Format == FormatSafetensors:
 		l.safetensorsFile(b, i)
 	case l.Format == FormatDCP:
-		for _, p := range f.pcs {
-			pc := &l.Pieces[p]
-			t := l.Tensors[pc.Tensor]
-			slice := Tensor{Name: t.Name, Shape: append([]int64{pc.Len() / max(t.RowBytes(), 1)}, t.Shape[1:]...), DType: t.DType}
-			if len(t.Shape) == 0 {
-				slice.Shape = nil
-			}
-			start := b.pos()
-			torchArchive(b, "archive", []Tensor{slice}, nil, []int{p}, []int64{pc.Len()}, []uint32{pc.CRC})
-			pc.ItemOff, pc.ItemLen = start, b.pos()-start
-		}
+		sh.archives = l.dcpFile(b, i)
 	}
 	b.flush()
 	f.Segs, f.Size = b.segs, b.off
@@ -330,6 +333,7 @@ func (l *Layout) Build(i int, keep bool) {
 			l.Pieces[s.Piece].Off = s.Off
 		}
 	}
+	l.shapes[i] = sh
 }
 
 // safetensorsFile: 8-byte little-endian header length, the JSON header
@@ -339,8 +343,9 @@ func (l *Layout) safetensorsFile(b *segBuilder, i int) {
 	var h strings.Builder
 	h.WriteString(`{"__metadata__":{"format":"pt"}`)
 	var off int64
-	for _, p := range l.Files[i].pcs {
-		t := l.Tensors[l.Pieces[p].Tensor]
+	order := l.stOrder[min(i, len(l.stOrder)-1)]
+	for _, ti := range order {
+		t := l.Tensors[ti]
 		name, _ := json.Marshal(t.Name)
 		h.WriteByte(',')
 		h.Write(name)
@@ -354,7 +359,15 @@ func (l *Layout) safetensorsFile(b *segBuilder, i int) {
 	n = n.u64(uint64(len(hdr)))
 	b.literal(n)
 	b.literal([]byte(hdr))
-	for _, p := range l.Files[i].pcs {
+	pcs := l.Files[i].pcs
+	k := 0
+	for _, ti := range order {
+		if v := l.Tensors[ti].Value; v != nil {
+			b.literal(v)
+			continue
+		}
+		p := pcs[k]
+		k++
 		b.piece(p, l.Pieces[p].Len())
 	}
 }
@@ -367,63 +380,24 @@ func jsonInts(v []int64) string {
 	return "[" + strings.Join(s, ",") + "]"
 }
 
-// finalContent is the text of a final file: the safetensors index, or
-// DCP's metadata. PyTorch pickles a Metadata object into .metadata;
-// prism writes the same information (every tensor's dtype, size and
-// chunks, every item's file, offset and length) as JSON, which it can
-// read back without Python.
+// finalContent is the content of a final file: the safetensors index, or
+// DCP's .metadata (a pickled Metadata, see dcp.go).
 func (l *Layout) finalContent(i int) []byte {
 	switch l.Format {
 	case FormatSafetensors:
 		var total int64
 		wm := map[string]string{}
-		for _, p := range l.Pieces {
-			total += p.Len()
-			wm[l.Tensors[p.Tensor].Name] = l.Files[p.File].Name
+		for fi, order := range l.stOrder {
+			for _, t := range order {
+				total += l.Tensors[t].Bytes()
+				wm[l.Tensors[t].Name] = l.Files[fi].Name
+			}
 		}
 		idx := map[string]any{"metadata": map[string]any{"total_size": total}, "weight_map": wm}
 		b, _ := json.MarshalIndent(idx, "", "  ")
 		return append(b, '\n')
 	case FormatDCP:
-		type chunk struct {
-			Offsets []int64 `json:"offsets"`
-			Sizes   []int64 `json:"sizes"`
-		}
-		type tensorMeta struct {
-			DType  DType   `json:"dtype"`
-			Size   []int64 `json:"size"`
-			Chunks []chunk `json:"chunks"`
-		}
-		type storage struct {
-			FQN          string  `json:"fqn"`
-			Offset       []int64 `json:"chunk_offset"`
-			RelativePath string  `json:"relative_path"`
-			ByteOffset   int64   `json:"offset"`
-			Length       int64   `json:"length"`
-		}
-		meta := map[string]*tensorMeta{}
-		var sd []storage
-		for _, p := range l.Pieces {
-			t := l.Tensors[p.Tensor]
-			tm := meta[t.Name]
-			if tm == nil {
-				tm = &tensorMeta{DType: t.DType, Size: t.Shape}
-				meta[t.Name] = tm
-			}
-			off := make([]int64, max(len(t.Shape), 1))
-			off[0] = p.Row
-			sizes := append([]int64{p.Len() / max(t.RowBytes(), 1)}, t.Shape[min(1, len(t.Shape)):]...)
-			tm.Chunks = append(tm.Chunks, chunk{Offsets: off[:len(t.Shape)], Sizes: sizes[:len(t.Shape)]})
-			sd = append(sd, storage{FQN: t.Name, Offset: off[:len(t.Shape)], RelativePath: l.Files[p.File].Name, ByteOffset: p.ItemOff, Length: p.ItemLen})
-		}
-		doc := map[string]any{
-			"format":              "prism-dcp-metadata/1",
-			"note":                "PyTorch pickles torch.distributed.checkpoint.metadata.Metadata into .metadata; prism writes the same information as JSON. Each storage item is a torch.save archive of one tensor chunk at [offset, offset+length) of relative_path.",
-			"state_dict_metadata": meta,
-			"storage_data":        sd,
-		}
-		b, _ := json.MarshalIndent(doc, "", " ")
-		return append(b, '\n')
+		return l.dcpMetadata()
 	}
 	return nil
 }

@@ -71,6 +71,9 @@ type Tensor struct {
 	Name  string
 	Shape []int64
 	DType DType
+	// Value, when set, is the tensor's content (Adam's step count);
+	// otherwise its bytes are cut from the pool.
+	Value []byte
 }
 
 // Elems is the number of elements.
@@ -337,21 +340,29 @@ func (a Arch) Tensors() []Tensor {
 type Model struct {
 	Name      string // preset name, config path or "synthetic"
 	Arch      Arch
-	Optimizer string  // none | adam
+	Optimizer string  // none | adam | adam_mixed
 	Scale     float64 // 1 = full size
 	Params    int64   // parameters of the full-size model
-	Tensors   []Tensor
-	id        string
+	// Tensors are the parameters, in state-dict order, then the
+	// optimizer's tensors, parameter by parameter.
+	Tensors []Tensor
+	Step    int64        // the optimizer's step count (Adam's "step")
+	params  []paramState // optimizer state of each parameter
+	nparams int
+	id      string
 }
 
-// Optimizers prism can add state for.
-var Optimizers = []string{"none", "adam"}
-
-// Build returns the model's tensors: the parameters, then, with adam, the
-// optimizer state of every parameter as mixed-precision training keeps it
-// (fp32 master weights, exp_avg and exp_avg_sq: 12 bytes per parameter),
-// named as a distributed optimizer state dict flattens them
-// (optim.state.<param>.<field>). scale (0 < scale <= 1) shrinks every
+// Build returns the model's tensors: the parameters, then the optimizer
+// state of each parameter, in the order optimizer.state_dict() holds it:
+//
+//   - adam (torch.optim.Adam): a float32 scalar step, exp_avg and
+//     exp_avg_sq in the parameter's dtype (2 x the parameter bytes + 4);
+//   - adam_mixed: the step, fp32 exp_avg and exp_avg_sq, then every
+//     parameter's fp32 master copy (12 bytes per parameter + 4).
+//
+// Optimizer tensors are named by the key DCP flattens them to
+// (optimizer.state.<param>.exp_avg, optimizer.fp32_from_fp16_params.<param>),
+// which also names them in errors. scale (0 < scale <= 1) shrinks every
 // tensor's leading dimension, rounding up, so a small machine keeps the
 // tensor list and the shape of the I/O at a fraction of the bytes.
 func Build(name string, a Arch, optimizer string, scale float64) (*Model, error) {
@@ -362,34 +373,53 @@ func Build(name string, a Arch, optimizer string, scale float64) (*Model, error)
 		return nil, fmt.Errorf("ckpt: scale %v out of range (0 < scale <= 1)", scale)
 	}
 	params := a.Tensors()
-	m := &Model{Name: name, Arch: a, Optimizer: optimizer, Scale: scale}
-	for _, t := range params {
-		m.Params += t.Elems()
-	}
-	switch optimizer {
-	case "none", "":
-		m.Optimizer = "none"
-		m.Tensors = params
-	case "adam":
-		m.Tensors = params
-		for _, t := range params {
-			for _, f := range []string{"master", "exp_avg", "exp_avg_sq"} {
-				m.Tensors = append(m.Tensors, Tensor{Name: "optim.state." + t.Name + "." + f, Shape: t.Shape, DType: F32})
-			}
-		}
-	default:
-		return nil, fmt.Errorf("ckpt: unknown optimizer %q (allowed: %s)", optimizer, strings.Join(Optimizers, ", "))
-	}
 	if scale < 1 {
-		for i := range m.Tensors {
-			t := &m.Tensors[i]
+		for i := range params {
+			t := &params[i]
 			sh := append([]int64(nil), t.Shape...)
 			sh[0] = max(1, int64(math.Ceil(float64(sh[0])*scale)))
 			t.Shape = sh
 		}
 	}
+	m := &Model{Name: name, Arch: a, Optimizer: optimizer, Scale: scale, Step: DefaultStep}
+	for _, t := range a.Tensors() {
+		m.Params += t.Elems()
+	}
+	m.Tensors = params
+	switch optimizer {
+	case OptNone, "":
+		m.Optimizer = OptNone
+	case OptAdam, OptAdamMixed:
+		stateDT := func(t Tensor) DType {
+			if optimizer == OptAdamMixed {
+				return F32
+			}
+			return t.DType
+		}
+		step := float32Bytes(float32(m.Step))
+		for _, t := range params {
+			p := "optimizer.state." + t.Name + "."
+			ps := paramState{step: len(m.Tensors), master: -1}
+			m.Tensors = append(m.Tensors,
+				Tensor{Name: p + "step", Shape: []int64{}, DType: F32, Value: step},
+				Tensor{Name: p + "exp_avg", Shape: t.Shape, DType: stateDT(t)},
+				Tensor{Name: p + "exp_avg_sq", Shape: t.Shape, DType: stateDT(t)})
+			ps.expAvg, ps.expAvgSq = ps.step+1, ps.step+2
+			m.params = append(m.params, ps)
+		}
+		if optimizer == OptAdamMixed {
+			for i, t := range params {
+				m.params[i].master = len(m.Tensors)
+				m.Tensors = append(m.Tensors, Tensor{Name: "optimizer.fp32_from_fp16_params." + t.Name, Shape: t.Shape, DType: F32})
+			}
+		}
+	default:
+		return nil, fmt.Errorf("ckpt: unknown optimizer %q (allowed: %s)", optimizer, strings.Join(Optimizers, ", "))
+	}
+	m.nparams = len(params)
 	h := sha256.New()
 	var b [8]byte
+	h.Write([]byte(m.Optimizer))
 	for _, t := range m.Tensors {
 		h.Write([]byte(t.Name))
 		h.Write([]byte{0})
@@ -398,17 +428,36 @@ func Build(name string, a Arch, optimizer string, scale float64) (*Model, error)
 			binary.LittleEndian.PutUint64(b[:], uint64(d))
 			h.Write(b[:])
 		}
+		h.Write(t.Value)
 	}
 	m.id = hex.EncodeToString(h.Sum(nil)[:12])
 	return m, nil
+}
+
+func float32Bytes(f float32) []byte {
+	return binary.LittleEndian.AppendUint32(nil, math.Float32bits(f))
 }
 
 // ID identifies the tensor list (names, shapes, dtypes): two models with
 // the same ID have checkpoints of the same layout.
 func (m *Model) ID() string { return m.id }
 
-// Bytes is the checkpoint payload: every tensor's bytes.
+// Bytes is the checkpoint's tensor payload cut from the pool: every
+// tensor's bytes except literal values (Adam's steps, 4 bytes per
+// parameter tensor, which a layout writes with the headers). A layout's
+// Payload is the same figure.
 func (m *Model) Bytes() int64 {
+	var n int64
+	for _, t := range m.Tensors {
+		if t.Value == nil {
+			n += t.Bytes()
+		}
+	}
+	return n
+}
+
+// TensorBytes is every tensor's bytes, literal values included.
+func (m *Model) TensorBytes() int64 {
 	var n int64
 	for _, t := range m.Tensors {
 		n += t.Bytes()

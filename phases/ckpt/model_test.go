@@ -88,20 +88,45 @@ func equalShape(a, b []int64) bool {
 
 func TestBuildOptimizerAndScale(t *testing.T) {
 	a := Synthetic(2, 16, 32, F16)
-	m := mustBuild(t, "synthetic", a, "adam", 1)
-	// params: 32*16+32 + 32*32+32 = 1600; fp16 2 bytes + adam 12 bytes.
-	if m.Params != 1600 || m.Bytes() != 1600*14 {
-		t.Fatalf("params %d bytes %d", m.Params, m.Bytes())
+	// params: 32*16+32 + 32*32+32 = 1600 in 4 tensors.
+	for _, tc := range []struct {
+		opt     string
+		tensors int
+		bytes   int64
+	}{
+		{OptNone, 4, 1600 * 2},
+		// torch.optim.Adam: exp_avg, exp_avg_sq in fp16, a float32 step per tensor.
+		{OptAdam, 4 * 4, 1600*2*3 + 4*4},
+		// mixed precision: fp32 exp_avg, exp_avg_sq and master: 12 bytes/param.
+		{OptAdamMixed, 4 * 5, 1600*(2+12) + 4*4},
+	} {
+		m := mustBuild(t, "synthetic", a, tc.opt, 1)
+		if m.Params != 1600 || len(m.Tensors) != tc.tensors || m.TensorBytes() != tc.bytes {
+			t.Errorf("%s: params %d, %d tensors, %d bytes; want 1600, %d, %d", tc.opt, m.Params, len(m.Tensors), m.TensorBytes(), tc.tensors, tc.bytes)
+		}
+		// The steps are literal values: the pool-cut payload leaves them out.
+		payload := tc.bytes
+		if tc.opt != OptNone {
+			payload -= 4 * 4 // four float32 steps
+		}
+		if m.Bytes() != payload {
+			t.Errorf("%s: payload %d bytes, want %d", tc.opt, m.Bytes(), payload)
+		}
 	}
-	s := mustBuild(t, "synthetic", a, "adam", 0.1)
-	if s.Tensors[0].Shape[0] != 4 || s.Tensors[0].Shape[1] != 16 { // ceil(32*0.1)
-		t.Fatalf("scaled shape %v", s.Tensors[0].Shape)
+	m := mustBuild(t, "synthetic", a, OptAdam, 1)
+	if m.Tensors[4].Name != "optimizer.state.layers.0.weight.step" || m.Tensors[4].DType != F32 || len(m.Tensors[4].Shape) != 0 ||
+		m.Tensors[5].DType != F16 || m.Tensors[5].Name != "optimizer.state.layers.0.weight.exp_avg" {
+		t.Fatalf("adam tensors: %+v %+v", m.Tensors[4], m.Tensors[5])
 	}
-	if s.ID() == m.ID() {
-		t.Fatal("scaled model has the same ID")
+	s := mustBuild(t, "synthetic", a, OptAdam, 0.1)
+	if s.Tensors[0].Shape[0] != 4 || s.Tensors[0].Shape[1] != 16 || s.Tensors[5].Shape[0] != 4 { // ceil(32*0.1)
+		t.Fatalf("scaled shapes %v, %v", s.Tensors[0].Shape, s.Tensors[5].Shape)
 	}
-	if _, err := Build("x", a, "sgd", 1); err == nil {
-		t.Fatal("unknown optimizer accepted")
+	if s.ID() == m.ID() || mustBuild(t, "synthetic", a, OptAdamMixed, 1).ID() == m.ID() {
+		t.Fatal("a scaled model, or another optimizer, has the same ID")
+	}
+	if _, err := Build("x", a, "sgd", 1); err == nil || !strings.Contains(err.Error(), "adam_mixed") {
+		t.Fatalf("unknown optimizer: %v", err)
 	}
 	if _, err := Build("x", a, "none", 0); err == nil {
 		t.Fatal("scale 0 accepted")
@@ -202,8 +227,8 @@ func FuzzParseHFConfig(f *testing.F) {
 			}
 			sum += tn.Bytes()
 		}
-		if sum != m.Bytes() || m.Params <= 0 {
-			t.Fatalf("bytes %d vs %d, params %d", sum, m.Bytes(), m.Params)
+		if sum != m.TensorBytes() || m.Params <= 0 {
+			t.Fatalf("bytes %d vs %d, params %d", sum, m.TensorBytes(), m.Params)
 		}
 	})
 }
