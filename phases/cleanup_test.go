@@ -1,11 +1,13 @@
 package phases
 
 import (
+	"context"
 	"io"
 	"os"
 	"path/filepath"
 	"testing"
 
+	pio "github.com/prism-hpc/prism/io"
 	"github.com/prism-hpc/prism/spmd"
 )
 
@@ -24,8 +26,19 @@ func TestCleanupNeverLeavesTheRunDir(t *testing.T) {
 	os.Symlink(outside, filepath.Join(run, "01-x", "r0", "link"))
 	os.Symlink(filepath.Join(outside, "precious"), filepath.Join(run, "filelink"))
 
-	e := &engine{o: Options{Plan: &Plan{}, Stderr: io.Discard}, comm: spmd.NewSingle(), runID: "r1", runDir: run, ownDir: true}
-	e.cleanup()
+	open := func(id, dir string, h Header) *engine {
+		wd, err := pio.OpenDir(root)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rd, err := wd.OpenSub(filepath.Base(dir))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &engine{o: Options{Plan: &Plan{Header: h}, Stderr: io.Discard}, comm: spmd.NewSingle(), runID: id, runDir: dir, ownDir: true, wd: wd, run: rd}
+	}
+	e := open("r1", run, Header{})
+	e.cleanup(context.Background())
 	if _, err := os.Lstat(run); !os.IsNotExist(err) {
 		t.Fatalf("run directory still there: %v", err)
 	}
@@ -36,14 +49,14 @@ func TestCleanupNeverLeavesTheRunDir(t *testing.T) {
 	other := filepath.Join(root, "prism-r2")
 	os.Mkdir(other, 0o755)
 	os.WriteFile(filepath.Join(other, RunMarker), []byte("somebody-else\n"), 0o644)
-	e = &engine{o: Options{Plan: &Plan{}, Stderr: io.Discard}, comm: spmd.NewSingle(), runID: "r2", runDir: other, ownDir: true}
-	e.cleanup()
+	e = open("r2", other, Header{})
+	e.cleanup(context.Background())
 	if _, err := os.Stat(other); err != nil {
 		t.Fatalf("a directory marked for another run was removed: %v", err)
 	}
 	// keep = true leaves everything.
-	e = &engine{o: Options{Plan: &Plan{Header: Header{Keep: true}}, Stderr: io.Discard}, comm: spmd.NewSingle(), runID: "somebody-else", runDir: other, ownDir: true}
-	e.cleanup()
+	e = open("somebody-else", other, Header{Keep: true})
+	e.cleanup(context.Background())
 	if _, err := os.Stat(other); err != nil {
 		t.Fatalf("keep = true removed the run directory: %v", err)
 	}
@@ -57,11 +70,11 @@ func TestCheckWorkdirRefusals(t *testing.T) {
 		if dir == "" {
 			continue
 		}
-		if err := CheckWorkdir(dir); err == nil {
+		if _, err := CheckWorkdir(dir, false); err == nil {
 			t.Errorf("CheckWorkdir(%q) accepted", dir)
 		}
 	}
-	if err := CheckWorkdir(t.TempDir()); err != nil {
+	if _, err := CheckWorkdir(t.TempDir(), false); err != nil {
 		t.Errorf("a scratch directory refused: %v", err)
 	}
 }

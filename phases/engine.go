@@ -4,21 +4,20 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"path/filepath"
 	"runtime/debug"
 	"sort"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
-
-	hdr "github.com/HdrHistogram/hdrhistogram-go"
-	"golang.org/x/sys/unix"
 
 	pio "github.com/prism-hpc/prism/io"
 	"github.com/prism-hpc/prism/report"
@@ -43,6 +42,7 @@ type Options struct {
 	Workdir    string // overrides the plan's when not empty
 	Results    string // overrides the plan's when not empty
 	JSON       bool   // print the manifest instead of the text summary
+	Wide       bool   // the summary with every column (report.SummaryOptions)
 	Version    string
 	Stdout     io.Writer
 	Stderr     io.Writer
@@ -50,6 +50,13 @@ type Options struct {
 	// is marked interrupted rather than failed.
 	Interrupted func() os.Signal
 	Now         func() time.Time
+	// CommandLine is the user's command, for the manifest.
+	CommandLine []string
+	// Progress is how each phase's rank 0 shows its start and its Run's
+	// live progress on Stderr (monitor.go); ProgressEvery, when set,
+	// replaces the mode's interval.
+	Progress      Progress
+	ProgressEvery time.Duration
 }
 
 // Outcome is what a run produced on rank 0 (other ranks get only Status).
@@ -92,11 +99,25 @@ type engine struct {
 	runID  string
 	runDir string
 	ownDir bool // this rank created runDir (rank 0, or a node-local workdir)
-	state  map[string]any
-	subs   map[int]spmd.Comm
-	stuck  bool   // an op was abandoned past op_timeout: leave the run directory alone
-	tty    bool   // stderr is a terminal: progress is a bar redrawn in place
-	cpus   string // the CPUs this rank may run on, as a cpulist
+	// wd and run are the workdir and the run directory, opened once: every
+	// file operation below them goes through directory descriptors, so a
+	// directory renamed or replaced by a link on the path is never followed.
+	wd, run *pio.Dir
+	// resultsDir is <results>/<plan name>/<run id>, made and test-written
+	// by rank 0 before the first phase.
+	resultsDir string
+	state      map[string]any
+	subs       map[int]spmd.Comm
+	// nodeSubs are the communicators of node selections (the ranks of the
+	// first k hosts), hostIdx every world rank's host index (learnHosts).
+	nodeSubs map[int]spmd.Comm
+	hostIdx  []int
+	nhosts   int
+	stuck    bool   // an op was abandoned past op_timeout: leave the run directory alone
+	cpus     string // the CPUs this rank may run on, as a cpulist
+	// sweepAt is the position of the running size in its phase's sweep,
+	// for the [i/N] of progress (monitor.go).
+	sweepAt int
 }
 
 func (e *engine) rank0() bool { return e.comm.Rank() == 0 }
@@ -105,10 +126,6 @@ func (e *engine) execute(ctx context.Context) (*Outcome, error) {
 	p := e.o.Plan
 	started := e.o.Now()
 	watchUSR1()
-	if f, ok := e.o.Stderr.(*os.File); ok {
-		_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
-		e.tty = err == nil
-	}
 	for _, s := range p.Phases {
 		for _, k := range s.Ranks {
 			if k > e.comm.Size() {
@@ -129,12 +146,41 @@ func (e *engine) execute(ctx context.Context) (*Outcome, error) {
 	if err := e.initClock(); err != nil {
 		return nil, err
 	}
-	workdir := firstNonEmpty(e.o.Workdir, p.Header.Workdir, ".")
-	workdir, err := filepath.Abs(workdir)
+	// Every rank's host and its memory: for the memory check, before
+	// anything is created, and the host count of the manifest.
+	hosts, err := e.comm.Gather(e.coord, 0, []byte(fmt.Sprintf("%s\x00%d", e.comm.Host(), hostMemory())))
 	if err != nil {
 		return nil, err
 	}
-	if err := e.setupRunDir(started, workdir); err != nil {
+	if err := e.checkMemory(hosts); err != nil {
+		return nil, err
+	}
+	for i, h := range hosts {
+		hosts[i], _, _ = bytes.Cut(h, []byte{0})
+	}
+	if err := e.learnHosts(p, hosts); err != nil {
+		return nil, err
+	}
+	workdir := firstNonEmpty(e.o.Workdir, p.Header.NodeLocalWorkdir, p.Header.Workdir, ".")
+	workdir, err = filepath.Abs(workdir)
+	if err != nil {
+		return nil, err
+	}
+	fsHosts, fsWarn, err := e.checkFS(workdir)
+	if err != nil {
+		return nil, err
+	}
+	if err := e.setupRunDir(ctx, started, workdir); err != nil {
+		return nil, err
+	}
+	// The results directory is proved writable before anything runs: a run
+	// of hours must not end with nowhere to put its results.
+	var resErr error
+	if e.rank0() {
+		resErr = e.prepareResults()
+	}
+	if err := e.agree(e.comm, resErr, "prepare the results directory"); err != nil {
+		e.cleanup(ctx)
 		return nil, err
 	}
 	m := &report.Manifest{
@@ -143,13 +189,13 @@ func (e *engine) execute(ctx context.Context) (*Outcome, error) {
 		Comm: report.CommInfo{Kind: e.comm.Kind(), Ranks: e.comm.Size(), RankSource: e.o.RankSource},
 		Plan: planRecord(p),
 	}
-	hosts, err := e.comm.Gather(e.coord, 0, []byte(e.comm.Host()))
-	if err != nil {
-		return nil, err
-	}
 	if e.rank0() {
 		m.Host = CollectHost(workdir)
 		m.Host.MPILibrary = e.o.MPILibrary
+		m.Hosts = fsHosts
+		if fsWarn != "" {
+			m.Host.Warnings = append(m.Host.Warnings, fsWarn)
+		}
 		distinct := map[string]bool{}
 		for _, h := range hosts {
 			distinct[string(h)] = true
@@ -205,9 +251,13 @@ func (e *engine) execute(ctx context.Context) (*Outcome, error) {
 		m.Clock = report.Clock()
 		m.Clock.DriftPPM = report.ClockDrift()
 		for _, ph := range m.Phases {
-			for _, v := range ph.Expect {
-				if !v.Passed {
-					out.ExpectFailed = true
+			if ph.ExpectMissed() {
+				out.ExpectFailed = true
+				// Dashboards read status, not the exit code: a missed
+				// expectation fails the run in every artefact.
+				if m.Status == report.StatusPassed {
+					m.Status = report.StatusFailed
+					out.Status = report.StatusFailed
 				}
 			}
 		}
@@ -224,26 +274,149 @@ func (e *engine) execute(ctx context.Context) (*Outcome, error) {
 			coordErr = err
 		}
 	}
+	for _, sub := range e.nodeSubs {
+		if sub != nil {
+			sub.Close()
+		}
+	}
 	for _, sub := range e.subs {
 		if sub != nil {
 			sub.Close()
 		}
 	}
-	e.cleanup()
+	e.closeRun(ctx, coordErr == nil)
+	e.cleanup(ctx)
 	if e.rank0() && out.ManifestPath != "" {
 		// With --json, stdout is the manifest alone, so a pipe into jq works.
 		w := e.o.Stdout
 		if e.o.JSON {
 			w = e.o.Stderr
 		}
-		fmt.Fprintf(w, "manifest: %s\nreport: %s\n", out.ManifestPath, out.ReportPath)
+		// Only files that were written are named.
+		fmt.Fprintf(w, "manifest: %s\n", out.ManifestPath)
+		if out.ReportPath != "" {
+			fmt.Fprintf(w, "report: %s\n", out.ReportPath)
+		}
 	}
 	return out, coordErr
 }
 
+// MixedFSError stops a run whose ranks see different filesystems under
+// the workdir (a missing mount falls through to the disk below it), before
+// anything is created: the results would mix two filesystems.
+type MixedFSError struct{ Msg string }
+
+func (e *MixedFSError) Error() string { return e.Msg }
+
+// checkFS gathers every rank's host and the filesystem under its workdir
+// (type, mount source and point, statfs f_fsid). Rank 0 returns them per
+// host for the manifest; when the ranks disagree every rank returns an
+// error (rank 0 the one naming the ranks and what each sees), unless
+// [plan] allow_mixed_fs, when rank 0 gets the message as a warning.
+func (e *engine) checkFS(workdir string) ([]report.HostFS, string, error) {
+	mine, _ := json.Marshal(CollectFS(e.comm.Host(), workdir))
+	all, err := e.comm.Gather(e.coord, 0, mine)
+	if err != nil {
+		return nil, "", err
+	}
+	var msg []byte
+	var groups []report.HostFS
+	if e.rank0() {
+		facts := make([]report.HostFS, len(all))
+		for r, b := range all {
+			if err := json.Unmarshal(b, &facts[r]); err != nil {
+				facts[r] = report.HostFS{Error: fmt.Sprintf("rank %d sent bad filesystem facts: %v", r, err)}
+			}
+		}
+		groups = groupFS(facts)
+		msg = []byte(mixedFS(facts))
+	}
+	if msg, err = e.comm.Bcast(e.coord, 0, msg); err != nil {
+		return nil, "", err
+	}
+	switch {
+	case len(msg) == 0:
+		return groups, "", nil
+	case e.o.Plan.Header.AllowMixedFS:
+		return groups, string(msg) + " (allowed by allow_mixed_fs)", nil
+	case e.rank0():
+		return nil, "", &MixedFSError{Msg: string(msg)}
+	}
+	return nil, "", &peerError{rank: 0, what: "filesystem check"}
+}
+
+// memoryShare is the share of a host's memory its ranks may plan to use
+// when [plan] max_memory is not set: the rest is the kernel's, the page
+// cache's and the rest of the node's.
+const memoryShare = 0.5
+
+// checkMemory refuses, before anything runs, a plan whose phases need more
+// memory per rank than the ranks of a host can have ([plan] max_memory, or
+// half the host's memory shared among its ranks), on every host: rank 0
+// decides from every rank's host and memory, and every rank returns the
+// same PlanError naming the phase and the keys to lower.
+func (e *engine) checkMemory(hosts [][]byte) error {
+	var msg []byte
+	if e.rank0() {
+		msg = []byte(e.memoryVerdict(hosts))
+	}
+	msg, err := e.comm.Bcast(e.coord, 0, msg)
+	if err != nil {
+		return err
+	}
+	if len(msg) == 0 {
+		return nil
+	}
+	line, rest, _ := strings.Cut(string(msg), "\x00")
+	l, _ := strconv.Atoi(line)
+	key, text, _ := strings.Cut(rest, "\x00")
+	return &PlanError{File: e.o.Plan.File, Line: l, Key: key, Msg: text}
+}
+
+// memoryVerdict is rank 0's side of checkMemory: "" when the plan fits,
+// else "line\x00keys\x00message".
+func (e *engine) memoryVerdict(hosts [][]byte) string {
+	ranksOn := map[string]int{}
+	memOf := map[string]int64{}
+	for _, h := range hosts {
+		name, mem, _ := strings.Cut(string(h), "\x00")
+		ranksOn[name]++
+		memOf[name], _ = strconv.ParseInt(mem, 10, 64)
+	}
+	for _, s := range e.o.Plan.Phases {
+		if _, _, ok := PhaseMemory(s, 1); !ok {
+			continue
+		}
+		sizes := []int(s.Ranks)
+		if len(sizes) == 0 {
+			sizes = []int{e.comm.Size()}
+		}
+		for _, k := range sizes {
+			need, keys, _ := PhaseMemory(s, k)
+			for host := range ranksOn {
+				limit := RankMemoryLimit(e.o.Plan.Header.MaxMemory, memOf[host], ranksOn[host])
+				if limit <= 0 || need <= limit {
+					continue
+				}
+				why := fmt.Sprintf("half of %s's %s shared by its %d ranks", host, report.FormatBytes(memOf[host]), ranksOn[host])
+				if e.o.Plan.Header.MaxMemory > 0 {
+					why = "[plan] max_memory"
+				}
+				return fmt.Sprintf("%d\x00%s\x00phase %d (%s, %s) needs about %s per rank at %d ranks, more than the %s of %s: lower %s (or raise [plan] max_memory if the node really has it)",
+					s.Line, keys, s.Index+1, s.Name, s.Kind, report.FormatBytes(need), k, report.FormatBytes(limit), why, keys)
+			}
+		}
+	}
+	return ""
+}
+
+// phaseBaseMemory is what the engine holds for any phase on a rank: the
+// recorders of a few op types, the measured set, the gather's records.
+const phaseBaseMemory = 16 << 20
+
 // setupRunDir agrees on a run id and creates <workdir>/prism-<run-id>/ with
 // its marker, on rank 0 and on any rank whose workdir is node-local.
-func (e *engine) setupRunDir(now time.Time, workdir string) error {
+func (e *engine) setupRunDir(ctx context.Context, now time.Time, workdir string) error {
 	var id []byte
 	if e.rank0() {
 		rnd := make([]byte, 3)
@@ -258,79 +431,190 @@ func (e *engine) setupRunDir(now time.Time, workdir string) error {
 	e.runDir = filepath.Join(workdir, "prism-"+e.runID)
 	var local error
 	if e.rank0() {
-		local = e.makeRunDir(workdir)
+		local = e.bounded(ctx, "create run directory", func() error { return e.makeRunDir(workdir) })
 	}
 	if err := e.agree(e.comm, local, "create run directory"); err != nil {
 		return err
 	}
-	if !e.rank0() {
-		if _, err := os.Stat(filepath.Join(e.runDir, RunMarker)); err != nil {
-			local = e.makeRunDir(workdir)
-		}
+	// Then the first rank of every other host, which makes its own where
+	// the workdir is node-local, then the rest, which only join: two
+	// ranks of one host never race to make the same directory.
+	first := e.comm.LocalRank() == 0
+	if !e.rank0() && first {
+		local = e.bounded(ctx, "open run directory", func() error { return e.joinRunDir(workdir) })
+	}
+	if err := e.agree(e.comm, local, "create run directory"); err != nil {
+		return err
+	}
+	if !first {
+		local = e.bounded(ctx, "open run directory", func() error { return e.joinRunDir(workdir) })
 	}
 	return e.agree(e.comm, local, "create run directory")
 }
 
 func (e *engine) makeRunDir(workdir string) error {
-	if err := CheckWorkdir(workdir); err != nil {
-		return err
+	if e.wd == nil {
+		wd, warnings, err := pio.OpenWorkdir(workdir, e.o.Plan.Header.AllowSharedWorkdir)
+		if err != nil {
+			return err
+		}
+		if e.rank0() {
+			for _, w := range warnings {
+				fmt.Fprintf(e.o.Stderr, "prism: %s\n", w)
+			}
+		}
+		e.wd = wd
 	}
-	if err := os.Mkdir(e.runDir, 0o755); err != nil {
-		return fmt.Errorf("create run directory: %w%s", err, pio.Remedy(err))
+	run, err := e.wd.MakeSub("prism-"+e.runID, 0o755)
+	if err != nil {
+		return fmt.Errorf("create run directory %s: %w", e.runDir, err)
 	}
-	e.ownDir = true
-	if err := os.WriteFile(filepath.Join(e.runDir, RunMarker), []byte(e.runID+"\n"), 0o644); err != nil {
+	e.run, e.ownDir = run, true
+	if err := run.WriteFile(RunMarker, []byte(e.runID+"\n"), 0o644); err != nil {
 		return fmt.Errorf("mark run directory: %w", err)
 	}
 	return nil
 }
 
-// CheckWorkdir refuses places where a benchmark must never create (and
-// later remove) a tree: the root, a home root, anything not a directory.
-func CheckWorkdir(dir string) error {
-	st, err := os.Stat(dir)
+// joinRunDir opens the run directory rank 0 made, on a rank that shares
+// its workdir; on a node-local workdir the first rank of the host makes
+// its own, which the host's other ranks (called after it) then open.
+func (e *engine) joinRunDir(workdir string) error {
+	wd, _, err := pio.OpenWorkdir(workdir, e.o.Plan.Header.AllowSharedWorkdir)
 	if err != nil {
-		return fmt.Errorf("workdir: %w", err)
+		return err
 	}
-	if !st.IsDir() {
-		return fmt.Errorf("workdir %s is not a directory", dir)
+	e.wd = wd
+	run, err := wd.OpenSub("prism-" + e.runID)
+	if err != nil {
+		// A workdir neither rank 0 nor this host's first rank uses (ranks
+		// given workdirs of their own, allow_mixed_fs): this rank's own.
+		return e.makeRunDir(workdir)
 	}
-	clean := filepath.Clean(dir)
-	home, _ := os.UserHomeDir()
-	switch {
-	case clean == "/":
-		return fmt.Errorf("workdir %s refused: prism does not create run directories in /; point workdir at a scratch directory", dir)
-	case clean == "/home" || clean == "/root" || (home != "" && clean == filepath.Clean(home)):
-		return fmt.Errorf("workdir %s refused: a home directory root; use a subdirectory such as %s", dir, filepath.Join(clean, "prism-scratch"))
+	b, err := run.ReadFile(RunMarker, 256)
+	if err != nil || string(b) != e.runID+"\n" {
+		run.Close()
+		return fmt.Errorf("run directory %s: its marker does not name run %s", e.runDir, e.runID)
 	}
+	e.run = run
 	return nil
 }
 
+// CheckWorkdir refuses places where a benchmark must never create (and
+// later remove) a tree, judged on the real path (pio.CheckWorkdir): the
+// root and system trees, home directories, and (unless allowShared)
+// directories others can write without the sticky bit.
+func CheckWorkdir(dir string, allowShared bool) ([]string, error) {
+	_, warnings, err := pio.CheckWorkdir(dir, allowShared)
+	return warnings, err
+}
+
 // cleanup removes the run directory this rank created, only if its marker
-// still names this run. os.RemoveAll removes symlinks, never their targets.
-func (e *engine) cleanup() {
-	if !e.ownDir || e.o.Plan.Header.Keep {
+// still names this run, through its descriptor: what it removes is reached
+// without following a link, and a run directory renamed away by someone
+// else is emptied where it now is, never a directory put in its place.
+// An interrupt that arrives while it works (not one that stopped the run:
+// the removal after a Ctrl-C is what the user expects) abandons it after
+// signalGrace, leaving the directory named on stderr.
+func (e *engine) cleanup(ctx context.Context) {
+	if ctx.Err() != nil {
+		// Already interrupted: a second signal ends the process at once
+		// (cmd_run), so the removal itself needs no other bound.
+		ctx = context.Background()
+	}
+	defer func() {
+		if e.run != nil {
+			e.run.Close()
+		}
+		if e.wd != nil {
+			e.wd.Close()
+		}
+	}()
+	if !e.ownDir || e.o.Plan.Header.Keep || e.run == nil {
 		return
 	}
 	if e.stuck {
 		fmt.Fprintf(e.o.Stderr, "prism: rank %d: not removing %s: an op on it never returned (op_timeout); remove it once the storage answers\n", e.comm.Rank(), e.runDir)
 		return
 	}
-	b, err := os.ReadFile(filepath.Join(e.runDir, RunMarker))
+	b, err := e.run.ReadFile(RunMarker, 256)
 	if err != nil || strings.TrimSpace(string(b)) != e.runID {
 		fmt.Fprintf(e.o.Stderr, "prism: rank %d: not removing %s: its marker does not name run %s\n", e.comm.Rank(), e.runDir, e.runID)
 		return
 	}
-	if err := os.RemoveAll(e.runDir); err != nil {
-		fmt.Fprintf(e.o.Stderr, "prism: rank %d: cleanup: %v\n", e.comm.Rank(), err)
+	if err := e.run.Verify(); err != nil {
+		fmt.Fprintf(e.o.Stderr, "prism: rank %d: %v\n", e.comm.Rank(), err)
+	}
+	if err := e.bounded(ctx, "cleanup of "+e.runDir, e.run.Remove); err != nil {
+		fmt.Fprintf(e.o.Stderr, "prism: rank %d: cleanup: %v; %s is left for you to remove\n", e.comm.Rank(), err, e.runDir)
+		if e.stuck {
+			// Still at work in the kernel: closing its descriptors under
+			// it gains nothing.
+			e.run, e.wd = nil, nil
+		}
 	}
 }
+
+// closeRun hands what the run holds outside its directory (RunCloser
+// values in the state: a bucket's run prefix) back: every rank releases
+// what it wrote, and once all have (together is true only when the ranks
+// are still in step), the markers go. Without that barrier a marker could
+// go before another rank's objects, whose release then finds no marker and
+// rightly refuses to delete.
+func (e *engine) closeRun(ctx context.Context, together bool) {
+	if e.o.Plan.Header.Keep {
+		return
+	}
+	if ctx.Err() != nil {
+		ctx = context.Background()
+	}
+	keys := make([]string, 0, len(e.state))
+	for k, v := range e.state {
+		if _, ok := v.(RunCloser); ok {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	warn := func(what string, err error) {
+		fmt.Fprintf(e.o.Stderr, "prism: rank %d: %s: %v\n", e.comm.Rank(), what, err)
+	}
+	// A store that stopped answering must not hold the end of the run
+	// forever: each step gets closeRunLimit.
+	step := func(what string, fn func(context.Context) error) error {
+		sctx, cancel := context.WithTimeout(ctx, closeRunLimit)
+		defer cancel()
+		return e.bounded(sctx, what, func() error { return fn(sctx) })
+	}
+	for _, k := range keys {
+		if err := step("release "+k, e.state[k].(RunCloser).ReleaseRun); err != nil {
+			warn("cleanup of "+k, err)
+		}
+	}
+	if !together {
+		for _, k := range keys {
+			fmt.Fprintf(e.o.Stderr, "prism: rank %d: not removing the marker of %s: the ranks are out of step\n", e.comm.Rank(), k)
+		}
+		return
+	}
+	if err := e.comm.Barrier(e.coord); err != nil {
+		warn("cleanup", err)
+		return
+	}
+	for _, k := range keys {
+		if err := step("close "+k, e.state[k].(RunCloser).CloseRun); err != nil {
+			warn("cleanup of "+k, err)
+		}
+	}
+}
+
+// closeRunLimit bounds each step of closeRun.
+const closeRunLimit = 2 * time.Minute
 
 // agree is the error agreement of every step: each rank contributes whether
 // it failed; all learn the lowest failing rank. The error returned carries
 // that rank; a local error is returned as is.
 func (e *engine) agree(c spmd.Comm, local error, what string) error {
-	if local == errStopped {
+	if local == ErrStopped {
 		local = nil
 	}
 	v := []int64{0}
@@ -358,7 +642,7 @@ var errOwnClock = errors.New("no usable TSC on this rank")
 // rank on the OS clock; with clock = "tsc" it fails the run on every rank.
 func (e *engine) initClock() error {
 	mode := e.o.Plan.Header.Clock
-	info, err := report.InitClock(mode)
+	info, err := processClock(mode)
 	if err != nil {
 		err = fmt.Errorf("%s: [plan] clock = %q: %w", e.o.Plan.File, mode, err)
 	} else if info.Source != "tsc" && mode != "os" {
@@ -370,10 +654,37 @@ func (e *engine) initClock() error {
 	case agreed == nil || agreed == errOwnClock:
 		return nil
 	case mode == "auto" && errors.As(agreed, &peer):
+		procClock.Lock()
 		report.UseOSClock(fmt.Sprintf("TSC not used: rank %d could not use its own", peer.rank))
+		procClock.mode = "" // the next run chooses afresh
+		procClock.Unlock()
 		return nil
 	}
 	return agreed
+}
+
+// procClock is the op clock chosen in this process. The op clock is
+// process-wide state (report.InitClock), and ranks run in one process in
+// tests and under prism's in-process launchers: the first rank chooses it,
+// the others take that choice instead of recalibrating while a sibling's
+// loop may already read it (a data race, and latencies measured across a
+// change of clock).
+var procClock struct {
+	sync.Mutex
+	mode string
+	info report.ClockInfo
+	err  error
+}
+
+// processClock is report.InitClock(mode), once per mode in this process.
+func processClock(mode string) (report.ClockInfo, error) {
+	procClock.Lock()
+	defer procClock.Unlock()
+	if procClock.mode != mode || mode == "" {
+		procClock.info, procClock.err = report.InitClock(mode)
+		procClock.mode = mode
+	}
+	return procClock.info, procClock.err
 }
 
 // peerError is how a rank learns that another rank failed a step.
@@ -391,27 +702,97 @@ func IsPeerFailure(err error) bool {
 	return errors.As(err, &pe)
 }
 
+// learnHosts tells every rank, when a phase of p selects nodes, the host
+// index of every rank (hosts numbered in the order of their first rank),
+// and refuses a node count the job does not have. hosts is rank 0's
+// gather of every rank's host name.
+func (e *engine) learnHosts(p *Plan, hosts [][]byte) error {
+	need := 0
+	for _, s := range p.Phases {
+		for _, k := range s.Nodes {
+			need = max(need, k)
+		}
+	}
+	if need == 0 {
+		return nil
+	}
+	var b []byte
+	if e.rank0() {
+		at := map[string]int{}
+		for _, h := range hosts {
+			i, ok := at[string(h)]
+			if !ok {
+				i = len(at)
+				at[string(h)] = i
+			}
+			b = binary.AppendUvarint(b, uint64(i))
+		}
+	}
+	b, err := e.comm.Bcast(e.coord, 0, b)
+	if err != nil {
+		return err
+	}
+	e.hostIdx = make([]int, 0, e.comm.Size())
+	for len(b) > 0 && len(e.hostIdx) < e.comm.Size() {
+		v, n := binary.Uvarint(b)
+		if n <= 0 {
+			break
+		}
+		e.hostIdx = append(e.hostIdx, int(v))
+		b = b[n:]
+	}
+	if len(e.hostIdx) != e.comm.Size() {
+		return fmt.Errorf("host map from rank 0 holds %d ranks, the job has %d", len(e.hostIdx), e.comm.Size())
+	}
+	for _, i := range e.hostIdx {
+		e.nhosts = max(e.nhosts, i+1)
+	}
+	nhosts := e.nhosts
+	for _, s := range p.Phases {
+		for _, k := range s.Nodes {
+			if k > nhosts {
+				return &PlanError{File: p.File, Line: s.Line, Key: "nodes", Msg: fmt.Sprintf("phase %d (%s) asks for %d nodes but the job's %d ranks are on %d hosts: %v", s.Index+1, s.Name, k, e.comm.Size(), nhosts, ErrPlanRanks)}
+			}
+		}
+	}
+	return nil
+}
+
 // runSweep runs s once per rank count of its sweep (or once on every
-// rank); after each size, every rank of the world learns whether it
-// failed, also the ranks that sat that size out.
+// rank), or once per node count of a node selection; after each size,
+// every rank of the world learns whether it failed, also the ranks that
+// sat that size out.
 func (e *engine) runSweep(ctx context.Context, s *Spec) (results []report.PhaseResult, failed bool, err error) {
-	sizes := []int(s.Ranks)
+	sizes, nodes := []int(s.Ranks), len(s.Nodes) > 0
+	if nodes {
+		sizes = s.Nodes
+	}
 	if len(sizes) == 0 {
 		sizes = []int{e.comm.Size()}
 	}
-	for _, k := range sizes {
-		res, err := e.runOnSubset(ctx, s, k, len(s.Ranks) > 1)
-		if err != nil {
-			if e.rank0() && res == nil {
-				res = failedResult(s, k, err)
+	defer func() { e.sweepAt = 0 }()
+	for i, k := range sizes {
+		e.sweepAt = i
+		c, err := e.subset(k, nodes)
+		var res *report.PhaseResult
+		if err == nil && c != nil {
+			res, err = e.runPhase(ctx, c, s, len(sizes) > 1)
+		}
+		if err != nil && e.rank0() && res == nil {
+			n := k
+			if c != nil {
+				n = c.Size()
 			}
-			if res != nil {
-				results = append(results, *res)
-			}
-			return results, true, err
+			res = failedResult(s, n, err)
 		}
 		if res != nil {
+			if nodes {
+				res.Nodes = k
+			}
 			results = append(results, *res)
+		}
+		if err != nil {
+			return results, true, err
 		}
 		if failed, err = e.worldFailed(res); err != nil || failed {
 			return results, true, err
@@ -473,7 +854,7 @@ func (e *engine) runGroup(ctx context.Context, s, partner *Spec) ([]report.Phase
 			if err := json.Unmarshal(b, &r); err != nil {
 				return nil, true, fmt.Errorf("group %s: bad result: %w", s.Group, err)
 			}
-			if r.Status != report.StatusPassed {
+			if r.Blocking() {
 				failed = 1
 			}
 			results = append(results, r)
@@ -487,10 +868,12 @@ func (e *engine) runGroup(ctx context.Context, s, partner *Spec) ([]report.Phase
 	return results, v[0] != 0, nil
 }
 
-// worldFailed tells every rank whether rank 0's result failed.
+// worldFailed tells every rank whether rank 0's result failed in a way
+// that stops the run (a missed expectation does not: the phases after it
+// still run, and the run's status is failed at the end).
 func (e *engine) worldFailed(res *report.PhaseResult) (bool, error) {
 	st := []int64{0}
-	if e.rank0() && res != nil && res.Status != report.StatusPassed {
+	if e.rank0() && res != nil && res.Blocking() {
 		st[0] = 1
 	}
 	if err := e.comm.AllreduceInt64(e.coord, spmd.Max, st); err != nil {
@@ -500,35 +883,45 @@ func (e *engine) worldFailed(res *report.PhaseResult) (bool, error) {
 }
 
 func failedResult(s *Spec, k int, err error) *report.PhaseResult {
-	return &report.PhaseResult{Index: s.Index, Name: s.Name, Kind: s.Kind, Ranks: k, Status: report.StatusFailed, Error: err.Error(), Expect: []report.Verdict{}}
+	res := &report.PhaseResult{Index: s.Index, Name: s.Name, Kind: s.Kind, Ranks: k, Status: report.StatusFailed, Error: err.Error(), Expect: []report.Verdict{}}
+	// A dead or silent peer the communicator named is the failed rank.
+	var re *spmd.RankError
+	if errors.As(err, &re) && re.Rank >= 0 {
+		rank := re.Rank
+		res.FailedRank = &rank
+	}
+	return res
 }
 
-// runOnSubset runs one phase on the first k ranks; the others return at
-// once (the caller's world reduction waits for the phase to finish).
-func (e *engine) runOnSubset(ctx context.Context, s *Spec, k int, sweep bool) (*report.PhaseResult, error) {
-	c := e.comm
-	if k < e.comm.Size() {
-		if e.subs == nil {
-			e.subs = map[int]spmd.Comm{}
-		}
-		sub, ok := e.subs[k]
-		if !ok {
-			color := spmd.Undefined
-			if e.comm.Rank() < k {
-				color = 0
-			}
-			var err error
-			if sub, err = e.comm.Split(e.coord, color, e.comm.Rank()); err != nil {
-				return nil, err
-			}
-			e.subs[k] = sub
-		}
-		if sub == nil {
-			return nil, nil
-		}
-		c = sub
+// subset returns the communicator of the first k ranks or, for nodes,
+// of every rank of the first k hosts (hosts in the order of their first
+// rank, whatever order the launcher numbered the ranks in; rank 0's host
+// is the first, so rank 0 is in every subset and writes its result), and
+// nil on a rank outside it. Each is split once and kept for the run.
+func (e *engine) subset(k int, nodes bool) (spmd.Comm, error) {
+	in, all, cache := e.comm.Rank() < k, k >= e.comm.Size(), &e.subs
+	if nodes {
+		in, all, cache = e.hostIdx[e.comm.Rank()] < k, k >= e.nhosts, &e.nodeSubs
 	}
-	return e.runPhase(ctx, c, s, sweep)
+	if all {
+		return e.comm, nil
+	}
+	if sub, ok := (*cache)[k]; ok {
+		return sub, nil
+	}
+	color := spmd.Undefined
+	if in {
+		color = 0
+	}
+	sub, err := e.comm.Split(e.coord, color, e.comm.Rank())
+	if err != nil {
+		return nil, err
+	}
+	if *cache == nil {
+		*cache = map[int]spmd.Comm{}
+	}
+	(*cache)[k] = sub
+	return sub, nil
 }
 
 func (e *engine) runPhase(ctx context.Context, c spmd.Comm, s *Spec, sweep bool) (*report.PhaseResult, error) {
@@ -539,27 +932,49 @@ func (e *engine) runPhase(ctx context.Context, c spmd.Comm, s *Spec, sweep bool)
 	env := &Env{
 		Comm: c, Rank: c.Rank(), Size: c.Size(), Host: c.Host(), Name: s.Name, Kind: s.Kind,
 		Dir: filepath.Join(e.runDir, dirName), Log: e.o.Stderr, State: e.state,
-		WorldRank: e.comm.Rank(), phaseIndex: s.Index, spec: s,
+		WorldRank: e.comm.Rank(), Index: s.Index, spec: s, Run: e.run, Rel: dirName, Workdir: e.wd,
+		RunID: e.runID, Storage: e.o.Plan.Header.StorageOptions,
 	}
 	env.RankDir = filepath.Join(env.Dir, fmt.Sprintf("r%d", env.Rank))
 	res := &report.PhaseResult{
 		Index: s.Index, Name: s.Name, Kind: s.Kind, Ranks: c.Size(), StartedAt: e.o.Now(),
 		WarmupIterations: s.Warmup, Expect: []report.Verdict{}, Params: paramMap(s),
 	}
+	if env.Rank == 0 {
+		e.printStart(env)
+	}
 	cache, cacheErr := e.resolveCache(s)
 	res.Cache = cache
-	env.Cache = cache.Applied
+	env.Cache = CacheMode(cache.Applied)
 
 	// Directories: rank 0 creates the shared one first so ranks never race
-	// on MkdirAll of a common parent over NFS.
+	// on a common parent over NFS; then each rank makes its own below it.
+	// Both are opened once and every operation of the phase goes through
+	// them (Env.Shared, Env.Own).
 	var local error
 	if env.Rank == 0 {
-		local = firstErr(cacheErr, os.MkdirAll(env.Dir, 0o755))
+		local = cacheErr
+		if local == nil {
+			env.Shared, local = e.run.EnsureSub(dirName, 0o755)
+		}
 	}
 	failure := e.agree(c, local, "setup")
 	if failure == nil {
-		failure = e.agree(c, os.MkdirAll(env.RankDir, 0o755), "setup")
+		if env.Rank != 0 {
+			env.Shared, local = e.run.EnsureSub(dirName, 0o755)
+		}
+		if local == nil {
+			env.Own, local = env.Shared.MakeSub(fmt.Sprintf("r%d", env.Rank), 0o755)
+		}
+		failure = e.agree(c, local, "setup")
 	}
+	defer func() {
+		for _, d := range []*pio.Dir{env.Own, env.Shared} {
+			if d != nil {
+				d.Close()
+			}
+		}
+	}()
 
 	measured := report.NewSet()
 	metrics := map[string]float64{}
@@ -572,12 +987,15 @@ func (e *engine) runPhase(ctx context.Context, c spmd.Comm, s *Spec, sweep bool)
 		env.set, env.extra = report.NewSet(), nil
 		env.mu.Unlock()
 		env.metrics = map[string]float64{}
+		env.idle.Store(0)
 
 		failure = e.agree(c, e.step(ctx, c, env, "setup", s.Phase.Setup), "setup")
-		if failure == nil && env.Cache == "drop_caches" {
+		if failure == nil && env.Cache == CacheDrop {
 			var derr error
 			if c.LocalRank() == 0 {
-				derr = pio.DropCaches()
+				// sync() waits for every filesystem of the node: a hung one
+				// would hang the rank.
+				derr = e.bounded(ctx, "drop caches (sync)", pio.DropCaches)
 			}
 			failure = e.agree(c, derr, "drop caches")
 		}
@@ -591,16 +1009,21 @@ func (e *engine) runPhase(ctx context.Context, c spmd.Comm, s *Spec, sweep bool)
 				settle()
 			}
 			t0 := time.Now()
+			env.set.StartSeries(t0) // the time series count from here, on this rank
+			prog := e.startProgress(env, t0)
 			runErr := e.step(ctx, c, env, "run", s.Phase.Run)
 			t1 := time.Now()
-			if runErr == errStopped {
+			prog.finish()
+			if runErr == ErrStopped {
 				runErr = nil
 			}
-			v := []int64{0, -t0.UnixNano(), t1.UnixNano()}
+			v := []int64{0, -t0.UnixNano(), t1.UnixNano(), env.idle.Load()}
 			if runErr != nil {
 				v[0] = int64(c.Size() - c.Rank())
 			}
-			if err := c.AllreduceInt64(e.coord, spmd.Max, v); err != nil {
+			err := c.AllreduceInt64(e.coord, spmd.Max, v)
+			prog.stop()
+			if err != nil {
 				return nil, err
 			}
 			failure = runErr
@@ -608,9 +1031,14 @@ func (e *engine) runPhase(ctx context.Context, c spmd.Comm, s *Spec, sweep bool)
 				failure = &peerError{rank: c.Size() - int(v[0]), what: "run"}
 			}
 			if !env.Warmup {
-				walls = append(walls, float64(v[2]+v[1])/1e9)
-				busy += t1.Sub(t0).Seconds()
+				walls = append(walls, float64(max(v[2]+v[1]-v[3], 0))/1e9)
+				busy += (t1.Sub(t0) - time.Duration(env.idle.Load())).Seconds()
 				measured.Merge(env.set)
+			}
+			if failure == nil {
+				// A run directory renamed or replaced during the Run fails
+				// the phase: its numbers are of some other directory.
+				failure = e.agree(c, env.verifyDirs(), "run")
 			}
 			if failure == nil {
 				failure = e.agree(c, e.step(ctx, c, env, "verify", s.Phase.Verify), "verify")
@@ -646,53 +1074,35 @@ func (e *engine) runPhase(ctx context.Context, c spmd.Comm, s *Spec, sweep bool)
 	if failure != nil && !errors.As(failure, &pe) {
 		rec.Error = failure.Error()
 	}
-	b, _ := json.Marshal(rec)
-	all, err := c.Gather(e.coord, 0, b)
+	g, hists, err := GatherPhase(e.coord, c, &rec, measured)
 	if err != nil {
 		return nil, err
-	}
-	var recs []report.RankRecord
-	var ops []string
-	if c.Rank() == 0 {
-		recs = make([]report.RankRecord, len(all))
-		for i, raw := range all {
-			if err := json.Unmarshal(raw, &recs[i]); err != nil {
-				return nil, fmt.Errorf("rank %d sent a bad phase record: %w", i, err)
-			}
-		}
-		ops = report.UnionOps(recs)
-	}
-	ob, _ := json.Marshal(ops)
-	if ob, err = c.Bcast(e.coord, 0, ob); err != nil {
-		return nil, err
-	}
-	if err := json.Unmarshal(ob, &ops); err != nil {
-		return nil, err
-	}
-	hists := map[string]*hdr.Histogram{}
-	for _, op := range ops {
-		counts := report.Counts(measured.Op(op).Hist())
-		if err := c.ReduceInt64(e.coord, 0, spmd.Sum, counts); err != nil {
-			return nil, err
-		}
-		if c.Rank() == 0 {
-			hists[op] = report.FromCounts(counts)
-		}
 	}
 	if c.Rank() != 0 {
 		return nil, nil
 	}
-	if err := report.Fill(res, recs, hists, walls); err != nil {
+	if err := report.FillGathered(res, g, hists, walls); err != nil {
 		return nil, err
 	}
-	res.Metrics = mergeMetrics(recs)
+	if env.Cache == CacheDrop {
+		// The first rank of each host (LocalRank 0) dropped that host's
+		// caches: per_host lists each host's ranks in rank order.
+		for _, h := range res.PerHost {
+			res.Cache.DroppedBy = append(res.Cache.DroppedBy, report.HostRank{Host: h.Host, Rank: h.Ranks[0]})
+		}
+	}
+	res.Metrics = g.Metrics
+	res.Storage = env.storage
+	if h, ok := s.Phase.(Headliner); ok && failure == nil {
+		h.Headline(res)
+	}
 	res.Status = report.StatusPassed
 	if failure != nil {
 		res.Status = report.StatusFailed
 		if e.o.Interrupted() != nil {
 			res.Status = report.StatusInterrupted
 		}
-		for _, r := range recs {
+		for _, r := range g.Rows {
 			if r.Error != "" {
 				rank := r.Rank
 				res.FailedRank = &rank
@@ -703,8 +1113,8 @@ func (e *engine) runPhase(ctx context.Context, c spmd.Comm, s *Spec, sweep bool)
 		if res.Error == "" {
 			res.Error = failure.Error()
 		}
-	} else if s.Expect != nil {
-		res.Expect = evaluate(s.Expect, res)
+	} else {
+		verdicts(s, res)
 	}
 	return res, nil
 }
@@ -714,7 +1124,7 @@ func (e *engine) runPhase(ctx context.Context, c spmd.Comm, s *Spec, sweep bool)
 // waiting. Where the communicator can alert (Alerter), a local failure is
 // announced at once and a peer's announcement cancels this rank's step, so
 // a long loop stops within a fraction of a second of another rank's error;
-// such a step returns errStopped, which the agreement does not count as a
+// such a step returns ErrStopped, which the agreement does not count as a
 // failure of this rank.
 func (e *engine) step(ctx context.Context, c spmd.Comm, env *Env, what string, fn func(context.Context, *Env) error) (err error) {
 	if env.stuck {
@@ -723,7 +1133,7 @@ func (e *engine) step(ctx context.Context, c spmd.Comm, env *Env, what string, f
 		return env.Errorf("%s: skipped: an earlier op is still stuck", what)
 	}
 	alerter, canAlert := c.(spmd.Alerter)
-	tag := fmt.Sprintf("%d.%d.%d.%s", env.phaseIndex, c.Size(), env.Iteration, what)
+	tag := fmt.Sprintf("%d.%d.%d.%s", env.Index, c.Size(), env.Iteration, what)
 	stepCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	if canAlert {
@@ -751,19 +1161,36 @@ func (e *engine) step(ctx context.Context, c spmd.Comm, env *Env, what string, f
 		}()
 		err = fn(stepCtx, env)
 	}()
-	mon := e.startMonitor(env, what, c.Rank() == 0)
-	select {
-	case err = <-done:
-		mon.stop()
-	case err = <-mon.timedOut:
-		mon.stop()
-		env.stuck = true
+	mon := e.startMonitor(env, what)
+	// A signal cancels ctx: a step that then does not return within
+	// signalGrace (an op stuck in the kernel, a CPU-bound Setup) is
+	// abandoned, so that an interrupt is honoured in bounded time.
+	interrupted := ctx.Done()
+	var grace <-chan time.Time
+wait:
+	for {
+		select {
+		case err = <-done:
+			mon.stop()
+			break wait
+		case err = <-mon.timedOut:
+			mon.stop()
+			env.stuck = true
+			break wait
+		case <-interrupted:
+			interrupted, grace = nil, time.After(signalGrace)
+		case <-grace:
+			mon.stop()
+			env.stuck = true
+			err = env.Errorf("%s: interrupted, and the step did not stop within %s (an op stuck in the kernel?): abandoned", what, signalGrace)
+			break wait
+		}
 	}
 	if err == nil {
 		return nil
 	}
 	if stepCtx.Err() != nil && IsPeerFailure(context.Cause(stepCtx)) && ctx.Err() == nil {
-		return errStopped
+		return ErrStopped
 	}
 	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 		err = env.Errorf("%s: interrupted", what)
@@ -774,8 +1201,46 @@ func (e *engine) step(ctx context.Context, c spmd.Comm, env *Env, what string, f
 	return err
 }
 
-// errStopped is the result of a step cancelled because another rank failed.
-var errStopped = errors.New("stopped: another rank failed")
+// signalGrace is how long a step may take to stop after an interrupt
+// before the engine abandons it and writes what it has.
+const signalGrace = 1500 * time.Millisecond
+
+// bounded runs fn (untimed work outside any step: the cache drop's
+// sync(), the final cleanup) so that a call stuck in the kernel on a hung
+// filesystem cannot hang the rank: it reports the stall after stall_after
+// and gives up after op_timeout (when set) or, once ctx is done,
+// signalGrace. It returns fn's error, or an error saying it gave up.
+func (e *engine) bounded(ctx context.Context, what string, fn func() error) error {
+	done := make(chan error, 1)
+	go func() { done <- fn() }()
+	stall, timeout := e.stallLimits(nil)
+	var stallC, timeoutC, grace <-chan time.Time
+	if stall > 0 {
+		stallC = time.After(stall)
+	}
+	if timeout > 0 {
+		timeoutC = time.After(timeout)
+	}
+	interrupted := ctx.Done()
+	start := time.Now()
+	for {
+		select {
+		case err := <-done:
+			return err
+		case <-stallC:
+			stallC = nil
+			fmt.Fprintf(e.o.Stderr, "prism: stall: rank %d: %s still running after %s (stall_after = %s): the storage is not answering?\n", e.comm.Rank(), what, time.Since(start).Round(time.Millisecond), stall)
+		case <-timeoutC:
+			e.stuck = true
+			return fmt.Errorf("%s did not return within op_timeout = %s: abandoned", what, timeout)
+		case <-interrupted:
+			interrupted, grace = nil, time.After(signalGrace)
+		case <-grace:
+			e.stuck = true
+			return fmt.Errorf("%s did not stop within %s of the interrupt: abandoned", what, signalGrace)
+		}
+	}
+}
 
 // IsCoordination tells errors of the communicator (a dead, aborted or
 // silent peer), after which no further collective can be trusted, from
@@ -788,9 +1253,10 @@ func IsCoordination(err error) bool {
 // resolveCache turns a requested policy into what this run can do.
 func (e *engine) resolveCache(s *Spec) (report.CacheInfo, error) {
 	req := firstNonEmpty(s.DropCaches, e.o.Plan.Header.DropCaches, "auto")
-	ci := report.CacheInfo{Requested: req, Applied: "none"}
+	ci := report.CacheInfo{Requested: req, Applied: string(CacheNone)}
 	fs, _ := pio.StatFS(e.runDir)
-	_, advises := s.Phase.(interface{ Fadvises() bool })
+	fa, ok := s.Phase.(Fadviser)
+	advises := ok && fa.Fadvises()
 	switch req {
 	case "none":
 		ci.Reason = "asked for none"
@@ -799,149 +1265,22 @@ func (e *engine) resolveCache(s *Spec) (report.CacheInfo, error) {
 		case pio.CacheHeld(fs.Type):
 			ci.Reason = fs.Type + " keeps file data in memory; dropping caches cannot make it cold"
 		case pio.CanDropCaches():
-			ci.Applied = "drop_caches"
+			ci.Applied = string(CacheDrop)
 		case req == "root":
 			return ci, fmt.Errorf("drop_caches = \"root\" needs root to write /proc/sys/vm/drop_caches; run as root or use \"fadvise\" or \"auto\"")
 		case advises:
-			ci.Applied, ci.Reason = "fadvise", "not root: page cache dropped per file with posix_fadvise(DONTNEED)"
+			ci.Applied, ci.Reason = string(CacheFadvise), "not root: page cache dropped per file with posix_fadvise(DONTNEED)"
 		default:
 			ci.Reason = "not root, and this phase has no file data to advise"
 		}
 	case "fadvise":
 		if advises {
-			ci.Applied = "fadvise"
+			ci.Applied = string(CacheFadvise)
 		} else {
 			ci.Reason = "this phase has no file data to advise"
 		}
 	}
 	return ci, nil
-}
-
-func (e *engine) writeResults(m *report.Manifest, out *Outcome) error {
-	results := firstNonEmpty(e.o.Results, e.o.Plan.Header.Results, "results")
-	dir := filepath.Join(results, e.o.Plan.Header.Name, m.RunID)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("results: %w", err)
-	}
-	out.Manifest = m
-	// Flags go into the manifest and every rendering of it.
-	report.Flags(m)
-	out.ManifestPath = filepath.Join(dir, "manifest.json")
-	// The manifest first: whatever fails after it, the results survive.
-	if err := report.WriteManifest(out.ManifestPath, m); err != nil {
-		return err
-	}
-	var sb strings.Builder
-	if err := report.WriteSummary(&sb, m); err != nil {
-		return err
-	}
-	// MLPerf-style phases add their figures of merit as [METRIC] lines,
-	// printed exactly as MLPerf Storage prints them.
-	for i := range m.Phases {
-		res := &m.Phases[i]
-		if res.Index < 0 || res.Index >= len(e.o.Plan.Phases) {
-			continue
-		}
-		if ml, ok := e.o.Plan.Phases[res.Index].Phase.(MetricLiner); ok {
-			for _, line := range ml.MetricLines(res) {
-				sb.WriteString(line + "\n")
-			}
-		}
-	}
-	if err := report.WriteFileAtomic(filepath.Join(dir, "summary.txt"), []byte(sb.String())); err != nil {
-		return err
-	}
-	var junit bytes.Buffer
-	if err := report.WriteJUnit(&junit, m); err != nil {
-		return err
-	}
-	if err := report.WriteFileAtomic(filepath.Join(dir, "junit.xml"), junit.Bytes()); err != nil {
-		return err
-	}
-	var page bytes.Buffer
-	if err := report.WriteHTML(&page, []*report.Manifest{m}); err != nil {
-		return err
-	}
-	out.ReportPath = filepath.Join(dir, "report.html")
-	if err := report.WriteFileAtomic(out.ReportPath, page.Bytes()); err != nil {
-		return err
-	}
-	if e.o.JSON {
-		b, _ := json.MarshalIndent(m, "", "  ")
-		_, err := e.o.Stdout.Write(append(b, '\n'))
-		return err
-	}
-	_, err := io.WriteString(e.o.Stdout, sb.String())
-	return err
-}
-
-func evaluate(x *Expect, r *report.PhaseResult) []report.Verdict {
-	var out []report.Verdict
-	lat := func(metric string, limit *Duration, got int64) {
-		if limit == nil {
-			return
-		}
-		out = append(out, report.Verdict{Metric: metric, Limit: limit.String(), Value: time.Duration(got).String(), Raw: float64(got), Passed: r.Ops > 0 && got <= int64(*limit)})
-	}
-	lat("p50", x.P50, r.Latency.P50)
-	lat("p90", x.P90, r.Latency.P90)
-	lat("p99", x.P99, r.Latency.P99)
-	lat("max", x.Max, r.Latency.Max)
-	lat("mean", x.Mean, int64(math.Round(r.Latency.Mean)))
-	if x.MinBandwidth != nil {
-		out = append(out, report.Verdict{Metric: "min_bandwidth", Limit: Size(*x.MinBandwidth).String() + "/s", Value: report.FormatBytes(int64(r.BytesPerSec)) + "/s", Raw: r.BytesPerSec, Passed: r.BytesPerSec >= float64(*x.MinBandwidth)})
-	}
-	if x.MinIOPS != nil {
-		out = append(out, report.Verdict{Metric: "min_iops", Limit: fmt.Sprintf("%g", *x.MinIOPS), Value: fmt.Sprintf("%.0f", r.OpsPerSec), Raw: r.OpsPerSec, Passed: r.OpsPerSec >= *x.MinIOPS})
-	}
-	if x.MaxErrors != nil {
-		out = append(out, report.Verdict{Metric: "max_errors", Limit: fmt.Sprint(*x.MaxErrors), Value: fmt.Sprint(r.Errors), Raw: float64(r.Errors), Passed: r.Errors <= *x.MaxErrors})
-	}
-	if x.MinAU != nil {
-		au, ok := r.Metrics["au_percent"]
-		out = append(out, report.Verdict{Metric: "min_au", Limit: fmt.Sprintf("%g%%", *x.MinAU), Value: fmt.Sprintf("%.2f%%", au), Raw: au, Passed: ok && au >= *x.MinAU})
-	}
-	return out
-}
-
-func mergeMetrics(recs []report.RankRecord) map[string]float64 {
-	out := map[string]float64{}
-	for _, r := range recs {
-		for k, v := range r.Metrics {
-			out[k] += v
-		}
-	}
-	if len(out) == 0 {
-		return nil
-	}
-	return out
-}
-
-// paramMap records a phase's resolved parameters for the manifest.
-func paramMap(s *Spec) map[string]string {
-	out := map[string]string{"iterations": fmt.Sprint(s.Iterations), "warmup": fmt.Sprint(s.Warmup)}
-	for _, p := range Params(s.Phase.Config()) {
-		out[p.Key] = p.Default
-	}
-	return out
-}
-
-// planRecord is the plan as the manifest records it.
-func planRecord(p *Plan) any {
-	type phaseRec struct {
-		Name   string `json:"name"`
-		Kind   string `json:"kind"`
-		Ranks  []int  `json:"ranks,omitempty"`
-		Params any    `json:"params"`
-	}
-	var phases []phaseRec
-	for _, s := range p.Phases {
-		phases = append(phases, phaseRec{Name: s.Name, Kind: s.Kind, Ranks: s.Ranks, Params: paramMap(s)})
-	}
-	return map[string]any{
-		"file": p.File, "name": p.Header.Name, "workdir": p.Header.Workdir, "results": p.Header.Results,
-		"drop_caches": p.Header.DropCaches, "clock": p.Header.Clock, "keep": p.Header.Keep, "phases": phases, "source": string(p.Source),
-	}
 }
 
 func firstNonEmpty(s ...string) string {
@@ -960,14 +1299,4 @@ func firstErr(errs ...error) error {
 		}
 	}
 	return nil
-}
-
-// sortedKeys is used where map order would make output unstable.
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }

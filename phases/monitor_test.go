@@ -1,33 +1,33 @@
-package phases
+package phases_test
 
 import (
-	"bytes"
 	"context"
-	"io"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/prism-hpc/prism/spmd"
+	"github.com/prism-hpc/prism/phases"
+	"github.com/prism-hpc/prism/phases/phasestest"
 )
 
 // sleepy is a test phase whose one op sleeps, standing in for a storage
 // call that hangs in the kernel.
 type sleepy struct {
 	cfg struct {
-		Sleep Duration `toml:"sleep" doc:"how long the op takes"`
+		Sleep phases.Duration `toml:"sleep" doc:"how long the op takes"`
 	}
 	target string
 }
 
 func (p *sleepy) Config() any { return &p.cfg }
-func (p *sleepy) Setup(ctx context.Context, env *Env) error {
+func (p *sleepy) Setup(ctx context.Context, env *phases.Env) error {
 	p.target = env.RankDir + "/slow"
 	return nil
 }
-func (p *sleepy) Verify(ctx context.Context, env *Env) error { return nil }
-func (p *sleepy) Teardown(context.Context, *Env) error       { return nil }
-func (p *sleepy) Run(ctx context.Context, env *Env) error {
+func (p *sleepy) Verify(ctx context.Context, env *phases.Env) error { return nil }
+func (p *sleepy) Teardown(context.Context, *phases.Env) error       { return nil }
+func (p *sleepy) Run(ctx context.Context, env *phases.Env) error {
 	rec := env.Recorder("open")
 	start := rec.BeginOn(&p.target)
 	time.Sleep(time.Duration(p.cfg.Sleep)) // deliberately deaf to ctx, like a stuck syscall
@@ -35,21 +35,13 @@ func (p *sleepy) Run(ctx context.Context, env *Env) error {
 	return nil
 }
 
-func runSleepy(t *testing.T, plan string) (*Outcome, string, time.Duration) {
+func runSleepy(t *testing.T, plan string) (*phases.Outcome, string, time.Duration) {
 	t.Helper()
-	reg := NewRegistry()
-	reg.Register(Kind{Name: "sleepy", Family: "test", New: func() Phase { return &sleepy{} }})
-	p, err := DecodePlan(reg, "sleepy.toml", []byte(plan))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr bytes.Buffer
-	start := time.Now()
-	out, err := Execute(context.Background(), Options{Plan: p, Comm: spmd.NewSingle(), Workdir: t.TempDir(), Results: t.TempDir(), Stdout: io.Discard, Stderr: &stderr, Version: "test"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out, stderr.String(), time.Since(start)
+	reg := phases.NewRegistry()
+	reg.Register(phases.Kind{Name: "sleepy", Family: "test", New: func() phases.Phase { return &sleepy{} }})
+	// An op abandoned past op_timeout leaves the run directory in place.
+	res := phasestest.Run(t, reg, plan, phasestest.File("sleepy.toml"), phasestest.MayLeaveRunDir())
+	return res.Outcome, res.Stderr, res.Elapsed
 }
 
 // TestStallReportedWhileStuck: an op slower than stall_after is reported
@@ -83,5 +75,83 @@ func TestOpTimeoutFailsInsteadOfHanging(t *testing.T) {
 	}
 	if ph[1].Status != "skipped" {
 		t.Errorf("next phase %s", ph[1].Status)
+	}
+}
+
+// paced is a test phase whose ranks do different numbers of ops, one per
+// millisecond: rank r does (r+1) × ops, moving 1 KiB each.
+type paced struct {
+	cfg struct {
+		Ops int `toml:"ops" doc:"ops of rank 0; rank r does (r+1) times as many"`
+	}
+}
+
+func (p *paced) Config() any                                 { return &p.cfg }
+func (p *paced) Setup(context.Context, *phases.Env) error    { return nil }
+func (p *paced) Verify(context.Context, *phases.Env) error   { return nil }
+func (p *paced) Teardown(context.Context, *phases.Env) error { return nil }
+func (p *paced) Run(ctx context.Context, env *phases.Env) error {
+	rec := env.Recorder("op")
+	for i := 0; i < (env.WorldRank+1)*p.cfg.Ops; i++ {
+		start := rec.Begin()
+		time.Sleep(time.Millisecond)
+		rec.Observe(start, 1024, nil)
+	}
+	return nil
+}
+
+func pacedRegistry() *phases.Registry {
+	reg := phases.NewRegistry()
+	reg.Register(phases.Kind{Name: "paced", Family: "test", New: func() phases.Phase { return &paced{} }})
+	return reg
+}
+
+// progressLines returns the lines of stderr that start with label.
+func progressLines(stderr, label string) []string {
+	var out []string
+	for _, l := range strings.Split(stderr, "\n") {
+		if strings.HasPrefix(l, label) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// TestProgressSumsEveryRank: rank 0's progress counts every rank's ops, not
+// its own times the ranks: with rank 1 doing twice rank 0's ops, the last
+// line of the Run says 3 × ops, and no line ever counts more.
+func TestProgressSumsEveryRank(t *testing.T) {
+	res := phasestest.Run(t, pacedRegistry(), "[[phase]]\nkind = \"paced\"\nops = 40\n",
+		phasestest.Ranks(2), phasestest.Progress(phases.ProgressLine, 10*time.Millisecond))
+	if res.Outcome.Status != "passed" {
+		t.Fatalf("status %s\n%s", res.Outcome.Status, res.Stderr)
+	}
+	if got := progressLines(res.Stderr, "[1/1] paced on 2 ranks: 1 iteration"); len(got) != 1 {
+		t.Fatalf("start line: %q\nstderr:\n%s", got, res.Stderr)
+	}
+	lines := progressLines(res.Stderr, "[1/1] paced:")
+	if len(lines) == 0 || !strings.HasPrefix(lines[len(lines)-1], "[1/1] paced: done, 120 ops 120KiB") {
+		t.Fatalf("last line is not the sum of both ranks (40 + 80 ops):\n%s", res.Stderr)
+	}
+	t.Logf("%d lines, the first %q", len(lines), lines[0])
+	last := int64(-1)
+	for _, l := range lines[:len(lines)-1] {
+		var el string
+		var ops int64
+		if _, err := fmt.Sscanf(l, "[1/1] paced: %s %d ops", &el, &ops); err != nil {
+			t.Fatalf("line %q: %v", l, err)
+		}
+		if ops < last || ops > 120 {
+			t.Errorf("ops went from %d to %d (of 120): %q", last, ops, l)
+		}
+		last = ops
+	}
+}
+
+// TestProgressNone: without progress the engine prints no phase lines.
+func TestProgressNone(t *testing.T) {
+	res := phasestest.Run(t, pacedRegistry(), "[[phase]]\nkind = \"paced\"\nops = 5\n", phasestest.Ranks(2))
+	if strings.Contains(res.Stderr, "[1/1]") {
+		t.Fatalf("progress printed:\n%s", res.Stderr)
 	}
 }

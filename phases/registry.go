@@ -5,18 +5,27 @@ import (
 	"reflect"
 	"sort"
 	"strings"
+	"sync"
 )
 
 // Kind describes a registered phase kind.
 type Kind struct {
 	Name    string
-	Family  string // metadata, checkpoint, dataload, blockio, workflow, generate
+	Family  string // metadata, checkpoint, dataload, blockio, workflow, object, generate
 	Summary string // one line for `prism list`
 	New     func() Phase
+	// Sample is the TOML keys (without kind) of a small, fast instance of
+	// the kind: what the conformance suite (phasestest.Conformance) runs.
+	Sample string
+	// Storage marks kinds that run only over object storage (storage =
+	// "s3://…"): the conformance suite runs their Sample only when it is
+	// given a server (phasestest.ConformanceWith).
+	Storage bool
 }
 
-// Registry maps kind names to constructors. It is built explicitly
-// (Default) rather than by init() side effects, so tests can build their own.
+// Registry maps kind names to constructors. It is built explicitly (by
+// phases/all.Registry, or a test's own) rather than by init() side
+// effects, so tests can build their own.
 type Registry struct {
 	kinds map[string]Kind
 }
@@ -65,17 +74,6 @@ func (r *Registry) Names() []string {
 	}
 	sort.Strings(names)
 	return names
-}
-
-// Default returns the registry of every phase kind prism ships.
-func Default() *Registry {
-	r := NewRegistry()
-	registerMetadata(r)
-	registerCheckpoint(r)
-	registerBlockIO(r)
-	registerWorkflow(r)
-	registerData(r)
-	return r
 }
 
 // Param describes one key of a phase's table.
@@ -142,6 +140,8 @@ func typeName(t reflect.Type) string {
 		return "duration"
 	case reflect.TypeOf(RankSel(nil)):
 		return "int or [int]"
+	case reflect.TypeOf(Rate(0)):
+		return "bandwidth"
 	}
 	switch t.Kind() {
 	case reflect.Slice:
@@ -152,6 +152,8 @@ func typeName(t reflect.Type) string {
 		return "float"
 	case reflect.Ptr:
 		return typeName(t.Elem())
+	case reflect.Struct:
+		return "table"
 	}
 	return t.Kind().String()
 }
@@ -173,8 +175,13 @@ func formatDefault(v reflect.Value) string {
 }
 
 // allowedKeys returns the toml keys a struct accepts, and for keys that are
-// tables, the struct to check their contents against.
+// tables, the struct to check their contents against. The map is computed
+// once per type and shared: callers must not modify it.
 func allowedKeys(cfg any) map[string]reflect.Type {
+	t := reflect.Indirect(reflect.ValueOf(cfg)).Type()
+	if m, ok := keyCache.Load(t); ok {
+		return m.(map[string]reflect.Type)
+	}
 	out := map[string]reflect.Type{}
 	var walk func(t reflect.Type)
 	walk = func(t reflect.Type) {
@@ -191,6 +198,9 @@ func allowedKeys(cfg any) map[string]reflect.Type {
 			out[key] = f.Type
 		}
 	}
-	walk(reflect.Indirect(reflect.ValueOf(cfg)).Type())
+	walk(t)
+	keyCache.Store(t, out)
 	return out
 }
+
+var keyCache sync.Map // reflect.Type -> map[string]reflect.Type

@@ -7,36 +7,34 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/prism-hpc/prism/report"
 )
 
-// The yielder fires at most once per yieldEvery and again as soon as a
+// The Yielder fires at most once per YieldEvery and again as soon as a
 // full period has passed, so a loop never runs 10 ms without a yield.
 func TestYielderPeriod(t *testing.T) {
-	var y yielder
-	if !y.due(0) {
-		t.Fatal("a fresh yielder is due at once")
+	var y Yielder
+	if !y.Due(0) {
+		t.Fatal("a fresh Yielder is due at once")
 	}
-	for _, now := range []int64{1, yieldEvery / 2, yieldEvery - 1} {
-		if y.due(now) {
+	for _, now := range []int64{1, YieldEvery / 2, YieldEvery - 1} {
+		if y.Due(now) {
 			t.Fatalf("due at %d ns, %d ns after the last yield", now, now)
 		}
 	}
-	if !y.due(yieldEvery) {
-		t.Fatalf("not due one period (%d ns) after the last yield", yieldEvery)
+	if !y.Due(YieldEvery) {
+		t.Fatalf("not due one period (%d ns) after the last yield", YieldEvery)
 	}
 	// A loop that stalled for a long op yields right after it, then waits
 	// a whole period again.
-	if !y.due(10 * yieldEvery) {
+	if !y.Due(10 * YieldEvery) {
 		t.Fatal("not due after a long gap")
 	}
-	if y.due(11*yieldEvery - 1) {
+	if y.Due(11*YieldEvery - 1) {
 		t.Fatal("due before a period passed since the last yield")
 	}
-	if yieldEvery >= int64(10*time.Millisecond) {
-		t.Fatalf("yieldEvery %s is not below the Go runtime's 10 ms preemption slice", time.Duration(yieldEvery))
+	if YieldEvery >= int64(10*time.Millisecond) {
+		t.Fatalf("YieldEvery %s is not below the Go runtime's 10 ms preemption slice", time.Duration(YieldEvery))
 	}
 }
 
@@ -44,27 +42,27 @@ func TestYielderPeriod(t *testing.T) {
 // ms each, the laps of a loop add up to its wall time less the yields.
 func TestOpClockYieldIsNoOpsTime(t *testing.T) {
 	const pause = 2 * time.Millisecond
-	saved := yield
-	yield = func() { time.Sleep(pause) }
-	defer func() { yield = saved }()
+	saved := yieldFn
+	yieldFn = func() { time.Sleep(pause) }
+	defer func() { yieldFn = saved }()
 
-	clk := newOpClock(context.Background())
+	clk := NewOpClock(context.Background())
 	start := time.Now()
 	var sum int64
 	yields := 0
 	// Loop until three yields happened (a loaded machine only makes that
-	// take longer); the bound only stops a broken yielder from hanging.
+	// take longer); the bound only stops a broken Yielder from hanging.
 	for yields < 3 {
 		if time.Since(start) > 30*time.Second {
-			t.Fatalf("only %d yields in 30 s with a period of %s", yields, time.Duration(yieldEvery))
+			t.Fatalf("only %d yields in 30 s with a period of %s", yields, time.Duration(YieldEvery))
 		}
 		before := clk.y.next
-		sum += clk.lap()
+		sum += clk.Lap()
 		if clk.y.next != before {
 			yields++
 		}
 	}
-	wall := time.Duration(report.TickNs(clk.last - clk.base))
+	wall := time.Duration(report.TickNs(clk.Last() - clk.base))
 	if max := wall - time.Duration(yields)*pause; time.Duration(sum) > max {
 		t.Fatalf("laps sum to %s over a wall of %s with %d yields of %s: the yields were charged to ops",
 			time.Duration(sum), wall, yields, pause)
@@ -78,61 +76,33 @@ func TestOpClockSeesCancelAtYield(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done, stop := context.WithCancel(context.Background())
 	stop()
-	if clk := newOpClock(done); !clk.stop {
+	if clk := NewOpClock(done); !clk.Stopped() {
 		t.Fatal("a loop started with a cancelled context would run its first op")
 	}
 
-	clk := newOpClock(ctx)
+	clk := NewOpClock(ctx)
 	yields := 0
 	for start := time.Now(); yields < 2; {
 		if time.Since(start) > 30*time.Second {
 			t.Fatalf("only %d yields in 30 s", yields)
 		}
 		before := clk.y.next
-		clk.lap()
+		clk.Lap()
 		if clk.y.next != before {
 			yields++
 		}
-		if clk.stop {
+		if clk.Stopped() {
 			t.Fatal("the loop stopped with its context live")
 		}
 	}
 	cancel()
 	laps := 0
-	for start := time.Now(); !clk.stop; laps++ {
+	for start := time.Now(); !clk.Stopped(); laps++ {
 		if time.Since(start) > 30*time.Second {
-			t.Fatalf("cancelled context not seen after %d laps in 30 s (yield period %s)", laps, time.Duration(yieldEvery))
+			t.Fatalf("cancelled context not seen after %d laps in 30 s (yield period %s)", laps, time.Duration(YieldEvery))
 		}
-		clk.lap()
+		clk.Lap()
 	}
-}
-
-// settle keeps the CPU for settleFor: it does not return early, and it
-// spins rather than sleeps (a sleep would park the runtime's sysmon again,
-// which is what settle is there to get past), so the thread running it is
-// on the CPU for most of that time. A loaded machine can take the CPU away
-// for a while, so a short CPU time is tried again before it counts.
-func TestSettleSpins(t *testing.T) {
-	runtime.LockOSThread() // RUSAGE_THREAD is this thread's CPU time
-	defer runtime.UnlockOSThread()
-	cpu := func() time.Duration {
-		var ru unix.Rusage
-		unix.Getrusage(unix.RUSAGE_THREAD, &ru)
-		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-	}
-	var used, wall time.Duration
-	for try := 0; try < 3; try++ {
-		c0, start := cpu(), time.Now()
-		settle()
-		wall, used = time.Since(start), cpu()-c0
-		if wall < settleFor {
-			t.Fatalf("settle returned after %s, want at least %s", wall, settleFor)
-		}
-		if used >= settleFor/4 {
-			return
-		}
-	}
-	t.Fatalf("settle used %s of CPU over %s (3 tries): it sleeps instead of spinning", used, wall)
 }
 
 // TestQuiesceHeapLeavesNothingToScavenge drops 64 MiB of garbage, as a

@@ -7,8 +7,11 @@
 #   rand-4k-cached-qd1   4 KiB random reads of a page-cached file on tmpfs,
 #                        QD1: per-op CPU overhead (fio psync)     target >= 1.0
 #   rand-4k-direct-qd16  4 KiB random O_DIRECT reads, 16 in flight, disk
-#                        (fio libaio iodepth=16; prism: 16 goroutines
-#                        doing pread)                              target >= 0.9
+#                        (fio libaio iodepth=16; prism ioengine=psync:
+#                        16 goroutines doing pread)                target >= 0.9
+#   rand-4k-direct-qd16-uring  the same, both sides io_uring        target >= 1.0
+#   rand-write-4k-uring  the PoC's rand-write-4k (8 jobs x QD32, direct, fresh
+#                        fallocated files of 256 MiB), both io_uring target >= 1.0
 #
 # Both sides lay out their own fresh file of the same size in the same
 # scratch directory before every run (prism's files live in its run
@@ -78,8 +81,9 @@ fi
 [[ $(fstype "$tmpfs") == tmpfs ]] || { echo "blockio.sh: $tmpfs is not tmpfs" >&2; exit 1; }
 
 # case -> directory, prism keys, fio options, target
-cases=(${CASES:-seq-1m-direct-qd1 rand-4k-cached-qd1 rand-4k-direct-qd16})
-declare -A dir=([seq-1m-direct-qd1]=$scratch [rand-4k-cached-qd1]=$tmpfs [rand-4k-direct-qd16]=$scratch)
+cases=(${CASES:-seq-1m-direct-qd1 rand-4k-cached-qd1 rand-4k-direct-qd16 rand-4k-direct-qd16-uring rand-write-4k-uring})
+declare -A dir=([seq-1m-direct-qd1]=$scratch [rand-4k-cached-qd1]=$tmpfs [rand-4k-direct-qd16]=$scratch
+	[rand-4k-direct-qd16-uring]=$scratch [rand-write-4k-uring]=$scratch)
 declare -A prism=(
 	[seq-1m-direct-qd1]='rw = "read"
 bs = "1MiB"
@@ -92,14 +96,27 @@ size = "256MiB"'
 bs = "4KiB"
 size = "1GiB"
 iodepth = 16
-direct = true'
+direct = true
+ioengine = "psync"'
+	[rand-4k-direct-qd16-uring]='rw = "randread"
+bs = "4KiB"
+size = "1GiB"
+iodepth = 16
+direct = true
+ioengine = "io_uring"'
+	[rand-write-4k-uring]='profile = "rand-write-4k"
+size = "256MiB"
+ioengine = "io_uring"'
 )
 declare -A fioopt=(
 	[seq-1m-direct-qd1]="--rw=read --bs=1m --size=1g --direct=1 --ioengine=psync"
 	[rand-4k-cached-qd1]="--rw=randread --bs=4k --size=256m --ioengine=psync"
 	[rand-4k-direct-qd16]="--rw=randread --bs=4k --size=1g --direct=1 --ioengine=libaio --iodepth=16"
+	[rand-4k-direct-qd16-uring]="--rw=randread --bs=4k --size=1g --direct=1 --ioengine=io_uring --iodepth=16"
+	[rand-write-4k-uring]="--rw=randwrite --bs=4k --size=256m --numjobs=8 --group_reporting --direct=1 --ioengine=io_uring --iodepth=32"
 )
-declare -A target=([seq-1m-direct-qd1]=1.0 [rand-4k-cached-qd1]=1.0 [rand-4k-direct-qd16]=0.9)
+declare -A target=([seq-1m-direct-qd1]=1.0 [rand-4k-cached-qd1]=1.0 [rand-4k-direct-qd16]=0.9
+	[rand-4k-direct-qd16-uring]=1.0 [rand-write-4k-uring]=1.0)
 
 for c in "${cases[@]}"; do
 	cat >"$work/$c.toml" <<EOF
@@ -130,7 +147,7 @@ m, _ = json.JSONDecoder().raw_decode(open(path).read().lstrip())
 (ph,) = m["phases"]
 if ph["status"] != "passed":
     sys.exit(f"prism {case}: {ph['status']}: {ph.get('error', '')}")
-r = ph["ops_by_type"]["read"]
+r = ph["ops_by_type"].get("read") or ph["ops_by_type"]["write"]
 print(f"prism\t{case}\t{ph['bytes_per_sec']:.0f}\t{r['latency_ns']['p50']}\t{(ph.get('metrics') or {}).get('direct', 0):.0f}")
 PY
 	rm -rf -- "${dir[$c]:?}/prism"
@@ -153,7 +170,7 @@ m = json.loads(text[text.index("{"):])
 (job,) = m["jobs"]
 if job["error"]:
     sys.exit(f"fio {case}: error {job['error']}")
-r = job["read"]
+r = job["read"] if job["read"]["io_bytes"] else job["write"]
 p50 = r["clat_ns"].get("percentile", {}).get("50.000000", 0)
 print(f"fio\t{case}\t{r['bw_bytes']:.0f}\t{p50}\t-")
 PY
@@ -163,6 +180,14 @@ echo "prism blockio bench: $("$PRISM_BIN" version 2>/dev/null | head -n1 || echo
 echo "date $(date -u +%Y-%m-%dT%H:%MZ), kernel $(uname -r), $(nproc) CPUs ($(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -n1)), load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "disk: $scratch ($(fstype "$scratch") on $(findmnt -n -o SOURCE --target "$scratch" 2>/dev/null || echo ?)); cached: $tmpfs ($(fstype "$tmpfs"))"
 echo "runtime ${RUNTIME}s, $ROUNDS rounds per side"
+# A warm-up round per case, discarded: the first run after a build or an
+# idle spell pays for cold caches and a cold disk on both sides.
+for c in "${cases[@]}"; do
+	run_prism "$c"
+	run_fio "$c"
+done
+: >"$samples"
+echo "warm-up done" >&2
 for ((r = 0; r < ROUNDS; r++)); do
 	for c in "${cases[@]}"; do
 		if ((r % 2 == 0)); then
@@ -177,11 +202,13 @@ for ((r = 0; r < ROUNDS; r++)); do
 done
 rm -rf -- "${scratch:?}/fio" "${tmpfs:?}/fio"
 
-python3 - "$samples" "${STRICT:-0}" "${target[seq-1m-direct-qd1]}" "${target[rand-4k-cached-qd1]}" "${target[rand-4k-direct-qd16]}" <<'PY'
+targets=""
+for c in "${cases[@]}"; do targets+="$c=${target[$c]} "; done
+python3 - "$samples" "${STRICT:-0}" $targets <<'PY'
 import statistics, sys
 from collections import defaultdict
-cases = ["seq-1m-direct-qd1", "rand-4k-cached-qd1", "rand-4k-direct-qd16"]
-targets = dict(zip(cases, map(float, sys.argv[3:6])))
+targets = {k: float(v) for k, v in (a.split("=") for a in sys.argv[3:])}
+cases = list(targets)
 bw, p50, direct = defaultdict(list), defaultdict(list), {}
 for line in open(sys.argv[1]):
     side, case, b, p, d = line.rstrip("\n").split("\t")
@@ -193,16 +220,19 @@ def mib(v):
     return f"{statistics.median(v) / 2**20:>8.1f} [{min(v) / 2**20:.0f}-{max(v) / 2**20:.0f}]"
 print()
 print("median MiB/s over rounds [min-max]; p50 latency in µs")
-print(f"{'case':<21} {'prism MiB/s':<22} {'fio MiB/s':<22} {'p50 prism':>9} {'p50 fio':>8} {'ratio':>6} target")
+print("ratio: median of the per-round prism/fio ratios (min-max)")
+print(f"{'case':<26} {'prism MiB/s':<22} {'fio MiB/s':<22} {'p50 prism':>9} {'p50 fio':>8} {'ratio (min-max)':>18} target")
 below = 0
 for c in cases:
     p, f = bw.get(("prism", c)), bw.get(("fio", c))
     if not p or not f:
         continue
-    ratio = statistics.median(p) / statistics.median(f)
+    paired = [a / b for a, b in zip(p, f)]
+    ratio = statistics.median(paired)
     flag = "" if ratio >= targets[c] else "  BELOW"
     below += ratio < targets[c]
-    print(f"{c:<21} {mib(p):<22} {mib(f):<22} {statistics.median(p50['prism', c]) / 1e3:>9.1f} {statistics.median(p50['fio', c]) / 1e3:>8.1f} {ratio:>6.3f} >= {targets[c]}{flag}")
+    span = f"{ratio:.3f} ({min(paired):.2f}-{max(paired):.2f})"
+    print(f"{c:<26} {mib(p):<22} {mib(f):<22} {statistics.median(p50['prism', c]) / 1e3:>9.1f} {statistics.median(p50['fio', c]) / 1e3:>8.1f} {span:>18} >= {targets[c]}{flag}")
 if below:
     print(f"\n{below} ratio(s) below target")
     if sys.argv[2] == "1":

@@ -1,0 +1,767 @@
+package blockio
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	pio "github.com/prism-hpc/prism/io"
+	"github.com/prism-hpc/prism/phases"
+	"github.com/prism-hpc/prism/phases/phasestest"
+	"github.com/prism-hpc/prism/report"
+)
+
+// bioDiskDir is a directory on a disk filesystem: t.TempDir() when /tmp
+// is on one (ext4 on the development machines), else one under /var/tmp.
+func bioDiskDir(t *testing.T) string {
+	dir := t.TempDir()
+	if fs, err := pio.StatFS(dir); err == nil && !pio.CacheHeld(fs.Type) {
+		return dir
+	}
+	dir, err := os.MkdirTemp("/var/tmp", "prism-blockio-")
+	if err != nil {
+		t.Skipf("no disk directory: %v", err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+// bioMount mounts a test filesystem for the test's lifetime (root only).
+func bioMount(t *testing.T, args ...string) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to mount a test filesystem")
+	}
+	dir := t.TempDir()
+	if out, err := exec.Command("mount", append(args, dir)...).CombinedOutput(); err != nil {
+		t.Skipf("mount %s: %v: %s", strings.Join(args, " "), err, out)
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
+			t.Errorf("umount %s: %v: %s", dir, err, out)
+		}
+	})
+	return dir
+}
+
+// bioRunPlan runs plan text on one rank with workdir as the workdir, and
+// returns its phases.
+func bioRunPlan(t *testing.T, workdir, plan string) []report.PhaseResult {
+	t.Helper()
+	return phasestest.Run(t, registry(), plan, phasestest.Workdir(workdir), phasestest.File("t.toml")).Manifest.Phases
+}
+
+// registry is the blockio family alone.
+func registry() *phases.Registry {
+	r := phases.NewRegistry()
+	Register(r)
+	return r
+}
+
+func bioPassed(t *testing.T, ph report.PhaseResult) {
+	t.Helper()
+	if ph.Status != report.StatusPassed {
+		t.Fatalf("phase %s %s: %s", ph.Name, ph.Status, ph.Error)
+	}
+}
+
+func TestBlockIOPlanErrors(t *testing.T) {
+	cases := []struct{ name, body, key, msg string }{
+		{"misaligned bs with direct", "bs = 6000\ndirect = true", "bs", "multiple of 4KiB"},
+		{"misaligned 512 bs with direct", "bs = \"512\"\ndirect = true", "bs", "direct = true"},
+		{"misaligned offset_align with direct", "rw = \"randread\"\nbs = \"8KiB\"\noffset_align = 512\ndirect = true", "offset_align", "4KiB"},
+		{"rwmixread", "rw = \"randrw\"\nrwmixread = 101", "rwmixread", "0 .. 100"},
+		{"iodepth 0", "iodepth = 0", "iodepth", "1 .. 1024"},
+		{"ioengine", "ioengine = \"libaio\"", "ioengine", "io_uring, psync"},
+		{"fixedbufs with psync", "ioengine = \"psync\"\nfixedbufs = true", "fixedbufs", "only for ioengine"},
+		{"registerfiles with psync", "ioengine = \"psync\"\nregisterfiles = true", "registerfiles", "only for ioengine"},
+		{"iodepth 1025", "iodepth = 1025", "iodepth", "1 .. 1024"},
+		{"jobs", "jobs = 0", "jobs", "out of range"},
+		{"rw", "rw = \"randomread\"", "rw", "randread"},
+		{"profile", "profile = \"seq-read-4m\"", "profile", "seq-read-1m"},
+		{"size not multiple", "size = \"10KiB\"\nbs = \"4KiB\"", "size", "multiple of bs"},
+		{"size below bs", "size = \"1KiB\"", "size", "less than bs"},
+		{"time_based without runtime", "time_based = true", "time_based", "runtime"},
+		{"fsync on reads", "rw = \"read\"\nfsync = 4", "fsync", "does not write"},
+		{"fsync and fdatasync", "rw = \"write\"\nfsync = 4\nfdatasync = 4", "fdatasync", "not both"},
+		{"shared multi-file", "shared_file = true\nnrfiles = 4", "shared_file", "nrfiles"},
+		{"files too small", "size = \"64KiB\"\nnrfiles = 32", "nrfiles", "less than bs"},
+		{"size beyond files", "nrfiles = 2\nfile_size = \"64KiB\"\nsize = \"1MiB\"", "size", "files"},
+		{"data", "data = \"urandom\"", "data", "deterministic"},
+		{"compressible", "compressible = 101", "compressible", "0 .. 100"},
+		{"dedupe", "dedupe = -2", "dedupe", "0 .. 100"},
+		{"compressible zero", "data = \"zero\"\ncompressible = 50", "compressible", "compressible already"},
+		{"pattern without data", "pattern = \"0xff\"", "pattern", "data = \\\"pattern\\\""},
+		{"bad pattern", "data = \"pattern\"\npattern = \"0xfff\"", "pattern", "hex"},
+		{"wrong type", "iodepth = \"deep\"", "iodepth", "want an integer"},
+		{"bad size unit", "bs = \"4KB/s\"", "bs", "bad size"},
+		{"buffer pool", "buffer_pool = \"1KiB\"", "buffer_pool", "out of range"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			src := "[[phase]]\nkind = \"blockio\"\n" + tc.body + "\n"
+			_, err := phases.DecodePlan(registry(), "b.toml", []byte(src))
+			var pe *phases.PlanError
+			if !errors.As(err, &pe) {
+				t.Fatalf("%T %v is not a *PlanError", err, err)
+			}
+			if pe.Key != tc.key || !strings.Contains(err.Error(), strings.ReplaceAll(tc.msg, `\"`, `"`)) || pe.Line < 3 {
+				t.Fatalf("%v (key %q line %d), want key %q and %q", err, pe.Key, pe.Line, tc.key, tc.msg)
+			}
+		})
+	}
+}
+
+func decodeBlockIO(t *testing.T, body string) *blockIOConfig {
+	t.Helper()
+	p, err := phases.DecodePlan(registry(), "b.toml", []byte("[[phase]]\nkind = \"blockio\"\n"+body+"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p.Phases[0].Phase.Config().(*blockIOConfig)
+}
+
+// TestBlockIOProfiles: every preset decodes to the PoC's shape, and a key
+// the plan writes wins even when it equals the default.
+func TestBlockIOProfiles(t *testing.T) {
+	for name, pr := range blockIOProfiles {
+		c := decodeBlockIO(t, fmt.Sprintf("profile = %q", name))
+		if c.RW != pr.rw || c.BS != pr.bs || c.IODepth != pr.iodepth || c.Jobs != pr.jobs || !c.Direct || !c.TimeBased || c.Runtime != phases.Duration(180*time.Second) || c.NrFiles != pr.n || c.Size < 1<<30 {
+			t.Errorf("%s: %+v", name, c)
+		}
+	}
+	c := decodeBlockIO(t, "profile = \"rand-read-4k\"\niodepth = 1\nruntime = \"2s\"\nsize = \"1MiB\"\ndirect = false")
+	if c.IODepth != 1 || c.Runtime != phases.Duration(2*time.Second) || c.Size != 1<<20 || c.Direct || c.Jobs != 8 || c.BS != 4096 || c.RW != "randread" {
+		t.Errorf("explicit keys did not win: %+v", c)
+	}
+	m := decodeBlockIO(t, "profile = \"multi-file-rand-read-128k\"\nnrfiles = 4\nfile_size = \"1MiB\"")
+	if m.NrFiles != 4 || m.FileSize != 1<<20 || m.Size != 4<<20 || m.OffsetAlign != 128<<10 {
+		t.Errorf("multi-file: nrfiles %d file_size %s size %s offset_align %s", m.NrFiles, m.FileSize, m.Size, m.OffsetAlign)
+	}
+	d := decodeBlockIO(t, "nrfiles = 4\nsize = \"1MiB\"")
+	if d.FileSize != 256<<10 {
+		t.Errorf("file_size default %s", d.FileSize)
+	}
+}
+
+// TestBioSegmentOffset: in a shared file every (rank, job) segment is
+// disjoint from every other, and together they tile the file.
+func TestBioSegmentOffset(t *testing.T) {
+	const size = 1 << 20
+	for jobs := 1; jobs <= 3; jobs++ {
+		type seg struct{ lo, hi int64 }
+		var segs []seg
+		for rank := 0; rank <= 3; rank++ {
+			for j := 0; j < jobs; j++ {
+				off := bioSegmentOffset(rank, j, jobs, size)
+				segs = append(segs, seg{off, off + size})
+			}
+		}
+		covered := int64(0)
+		for i, a := range segs {
+			covered += a.hi - a.lo
+			for k, b := range segs {
+				if i != k && a.lo < b.hi && b.lo < a.hi {
+					t.Fatalf("jobs %d: segments %v and %v overlap", jobs, a, b)
+				}
+			}
+			if a.lo%size != 0 || a.hi > int64(4*jobs)*size {
+				t.Fatalf("jobs %d: segment %v outside the file", jobs, a)
+			}
+		}
+		if covered != int64(4*jobs)*size {
+			t.Fatalf("jobs %d: segments cover %d bytes", jobs, covered)
+		}
+	}
+}
+
+func TestBioPermutation(t *testing.T) {
+	for _, n := range []uint64{1, 2, 3, 7, 100, 4096, 10007} {
+		pm := newBioPerm(n)
+		seen := make([]bool, n)
+		inOrder := 0
+		for k := uint64(0); k < n; k++ {
+			x := pm.at(k, 12345)
+			if x >= n || seen[x] {
+				t.Fatalf("n=%d: at(%d) = %d repeats or is out of range", n, k, x)
+			}
+			seen[x] = true
+			if x == k {
+				inOrder++
+			}
+		}
+		if n >= 100 && inOrder > int(n/10) {
+			t.Errorf("n=%d: %d fixed points: hardly random", n, inOrder)
+		}
+		if n >= 100 && pm.at(5, 1) == pm.at(5, 2) && pm.at(6, 1) == pm.at(6, 2) {
+			t.Errorf("n=%d: the key does not change the order", n)
+		}
+	}
+}
+
+// TestBlockIOWriteBytes: a size-bounded write moves exactly size bytes in
+// size/bs ops, through O_DIRECT on the disk, and leaves nothing behind.
+func TestBlockIOWriteBytes(t *testing.T) {
+	ph := bioRunPlan(t, bioDiskDir(t), `
+[[phase]]
+kind = "blockio"
+rw = "write"
+bs = "64KiB"
+size = "4MiB"
+iodepth = 4
+direct = true
+data = "deterministic"
+[[phase]]
+kind = "blockio"
+name = "seq-read"
+rw = "read"
+bs = "16KiB"
+size = "2MiB"
+direct = true
+data = "seeded_random"
+compressible = 50
+dedupe = 20
+`)
+	w := ph[0]
+	bioPassed(t, w)
+	if w.Bytes != 4<<20 || w.Ops != 64 || w.OpsByType["write"].Ops != 64 || w.Metrics["direct"] != 1 {
+		t.Fatalf("bytes %d ops %d by type %+v metrics %v", w.Bytes, w.Ops, w.OpsByType, w.Metrics)
+	}
+	r := ph[1]
+	bioPassed(t, r)
+	if r.Bytes != 2<<20 || r.OpsByType["read"].Ops != 128 || r.Params.(map[string]any)["direct"] != true {
+		t.Fatalf("read: bytes %d ops %+v", r.Bytes, r.OpsByType)
+	}
+}
+
+// TestBlockIOConcurrency: with iodepth 4 and 2 jobs, eight ops are in
+// flight at once. The hook holds each goroutine's first op until all
+// eight have arrived (or a timeout), so the count is deterministic.
+func TestBlockIOConcurrency(t *testing.T) {
+	var arrived, maxSeen atomic.Int32
+	var firsts sync.Map
+	blockIOOpHook = func(op bioOp) {
+		if _, dup := firsts.LoadOrStore([2]int{op.Job, op.Worker}, true); dup {
+			return
+		}
+		n := arrived.Add(1)
+		deadline := time.Now().Add(10 * time.Second)
+		for arrived.Load() < 8 && time.Now().Before(deadline) {
+			time.Sleep(100 * time.Microsecond)
+		}
+		for {
+			m := maxSeen.Load()
+			if n <= m || maxSeen.CompareAndSwap(m, n) {
+				break
+			}
+		}
+	}
+	defer func() { blockIOOpHook = nil }()
+	ph := bioRunPlan(t, bioDiskDir(t), `
+[[phase]]
+kind = "blockio"
+rw = "randread"
+size = "1MiB"
+iodepth = 4
+jobs = 2
+ioengine = "psync"
+`)
+	bioPassed(t, ph[0])
+	if arrived.Load() != 8 || maxSeen.Load() != 8 {
+		t.Fatalf("%d goroutines issued ops, at most %d at once; want 8 in flight", arrived.Load(), maxSeen.Load())
+	}
+}
+
+// TestBlockIOOffsets: random offsets are aligned, inside the file, and a
+// size-bounded run touches every aligned position exactly once — also over
+// many files; the same seed gives the same sequence.
+func TestBlockIOOffsets(t *testing.T) {
+	run := func(body string) (map[[2]int64]int, []int64) {
+		var mu sync.Mutex
+		seen := map[[2]int64]int{}
+		var order []int64
+		blockIOOpHook = func(op bioOp) {
+			mu.Lock()
+			seen[[2]int64{op.File, op.Off}]++
+			order = append(order, op.File<<32|op.Off)
+			mu.Unlock()
+		}
+		defer func() { blockIOOpHook = nil }()
+		bioPassed(t, bioRunPlan(t, bioDiskDir(t), "[[phase]]\nkind = \"blockio\"\n"+body)[0])
+		return seen, order
+	}
+	seen, order := run("rw = \"randread\"\nbs = \"4KiB\"\nsize = \"1MiB\"\nrandom_seed = 9\n")
+	if len(seen) != 256 || len(order) != 256 {
+		t.Fatalf("%d distinct offsets of %d ops, want 256", len(seen), len(order))
+	}
+	sequential := 0
+	for i, v := range order {
+		off := v & (1<<32 - 1)
+		if off%4096 != 0 || off+4096 > 1<<20 {
+			t.Fatalf("offset %d not aligned or outside the file", off)
+		}
+		if i > 0 && off == order[i-1]&(1<<32-1)+4096 {
+			sequential++
+		}
+	}
+	if sequential > 25 {
+		t.Errorf("%d of 256 offsets follow their predecessor: not random", sequential)
+	}
+	_, again := run("rw = \"randread\"\nbs = \"4KiB\"\nsize = \"1MiB\"\nrandom_seed = 9\n")
+	if fmt.Sprint(again) != fmt.Sprint(order) {
+		t.Error("the same random_seed gave a different sequence")
+	}
+	// Multi-file (the PoC's 128K profile, scaled down): a random file, then
+	// a random aligned offset in it.
+	seen, _ = run("profile = \"multi-file-rand-read-128k\"\njobs = 1\niodepth = 2\nnrfiles = 8\nfile_size = \"1MiB\"\ntime_based = false\ndirect = false\n")
+	files := map[int64]bool{}
+	for k, n := range seen {
+		files[k[0]] = true
+		if k[1]%(128<<10) != 0 || k[1]+128<<10 > 1<<20 || n != 1 {
+			t.Fatalf("multi-file op %v seen %d times", k, n)
+		}
+	}
+	if len(files) != 8 || len(seen) != 64 {
+		t.Fatalf("%d files, %d positions; want 8 and 64", len(files), len(seen))
+	}
+	// offset_align below bs: overlapping positions, still aligned.
+	seen, _ = run("rw = \"randread\"\nbs = \"16KiB\"\noffset_align = \"4KiB\"\nsize = \"256KiB\"\n")
+	for k := range seen {
+		if k[1]%4096 != 0 || k[1]+16<<10 > 256<<10 {
+			t.Fatalf("offset %d", k[1])
+		}
+	}
+}
+
+// TestBlockIOMix: the read share of a mixed run is rwmixread within a few
+// percent, for a fixed seed, and fsync=N flushes every N writes.
+func TestBlockIOMix(t *testing.T) {
+	ph := bioRunPlan(t, bioDiskDir(t), `
+[[phase]]
+kind = "blockio"
+rw = "randrw"
+rwmixread = 70
+size = "4MiB"
+iodepth = 2
+random_seed = 3
+fsync = 8
+[[phase]]
+kind = "blockio"
+name = "rw-seq"
+rw = "readwrite"
+rwmixread = 25
+size = "4MiB"
+fdatasync = 32
+fsync_on_close = true
+`)
+	for _, tc := range []struct {
+		ph      report.PhaseResult
+		mix     float64
+		syncOp  string
+		syncN   int64
+		onClose int64
+	}{{ph[0], 0.70, "fsync", 8, 0}, {ph[1], 0.25, "fdatasync", 32, 1}} {
+		bioPassed(t, tc.ph)
+		r, w := tc.ph.OpsByType["read"], tc.ph.OpsByType["write"]
+		share := float64(r.Ops) / float64(r.Ops+w.Ops)
+		if r.Ops+w.Ops != 1024 || share < tc.mix-0.05 || share > tc.mix+0.05 {
+			t.Errorf("%s: %d reads, %d writes: read share %.3f, want %.2f", tc.ph.Name, r.Ops, w.Ops, share, tc.mix)
+		}
+		if got := tc.ph.OpsByType[tc.syncOp].Ops; got != w.Ops/tc.syncN+map[bool]int64{true: tc.onClose}[tc.syncOp == "fsync"] {
+			t.Errorf("%s: %d %s ops for %d writes", tc.ph.Name, got, tc.syncOp, w.Ops)
+		}
+		if tc.onClose > 0 && tc.ph.OpsByType["fsync"].Ops != tc.onClose {
+			t.Errorf("%s: fsync_on_close: %d fsync ops", tc.ph.Name, tc.ph.OpsByType["fsync"].Ops)
+		}
+	}
+}
+
+// TestBlockIOTimeBased: a time-based run lasts at least its runtime, and
+// ramp_time ops are issued but not recorded.
+func TestBlockIOTimeBased(t *testing.T) {
+	ph := bioRunPlan(t, bioDiskDir(t), `
+[[phase]]
+kind = "blockio"
+rw = "randread"
+size = "1MiB"
+time_based = true
+runtime = "300ms"
+[[phase]]
+kind = "blockio"
+name = "ramped"
+rw = "write"
+size = "1MiB"
+iodepth = 2
+time_based = true
+runtime = "200ms"
+ramp_time = "200ms"
+`)
+	tb := ph[0]
+	bioPassed(t, tb)
+	if tb.Ops == 0 || tb.WallSeconds < 0.3 || tb.Ops <= 256 {
+		t.Fatalf("time-based: %d ops in %.3fs (a 1MiB file is 256 ops: it must loop)", tb.Ops, tb.WallSeconds)
+	}
+	rp := ph[1]
+	bioPassed(t, rp)
+	issued, ramp := int64(rp.Metrics["ops_issued"]), int64(rp.Metrics["ramp_ops"])
+	if ramp == 0 || rp.Ops == 0 || rp.Ops+ramp != issued || rp.WallSeconds < 0.4 {
+		t.Fatalf("ramp: %d recorded + %d ramp != %d issued, wall %.3f", rp.Ops, ramp, issued, rp.WallSeconds)
+	}
+	if rp.Metrics["bytes_per_sec_after_ramp"] <= 0 {
+		t.Fatalf("metrics %v", rp.Metrics)
+	}
+}
+
+// TestBlockIOSharedFile: one rank writing its segment of a shared file.
+// (Several ranks are exercised by the launcher tests; the offsets are
+// TestBioSegmentOffset's.)
+func TestBlockIOSharedFile(t *testing.T) {
+	ph := bioRunPlan(t, bioDiskDir(t), `
+[[phase]]
+kind = "blockio"
+rw = "write"
+bs = "64KiB"
+size = "1MiB"
+jobs = 3
+iodepth = 2
+shared_file = true
+`)
+	bioPassed(t, ph[0])
+	if ph[0].Bytes != 3<<20 {
+		t.Fatalf("bytes %d", ph[0].Bytes)
+	}
+}
+
+// TestBlockIODirectOnTmpfs: direct = true on tmpfs fails with a message
+// naming the path, the filesystem and the remedy; with direct_fallback it
+// passes buffered and records direct = 0.
+func TestBlockIODirectOnTmpfs(t *testing.T) {
+	dir := bioMount(t, "-t", "tmpfs", "-o", "size=64m", "tmpfs")
+	ph := bioRunPlan(t, dir, `
+[[phase]]
+kind = "blockio"
+name = "strict"
+size = "1MiB"
+direct = true
+[[phase]]
+kind = "blockio"
+name = "fallback"
+size = "1MiB"
+direct = true
+direct_fallback = true
+`)
+	if ph[0].Status != report.StatusFailed {
+		t.Fatalf("direct on tmpfs: %s", ph[0].Status)
+	}
+	for _, want := range []string{"blockio", "rank 0", dir, "tmpfs does not support O_DIRECT", "set direct = false"} {
+		if !strings.Contains(ph[0].Error, want) {
+			t.Errorf("error %q does not mention %q", ph[0].Error, want)
+		}
+	}
+	// The plan stops at the first failure; run the fallback on its own.
+	ph = bioRunPlan(t, dir, "[[phase]]\nkind = \"blockio\"\nsize = \"1MiB\"\ndirect = true\ndirect_fallback = true\n")
+	bioPassed(t, ph[0])
+	if d, ok := ph[0].Metrics["direct"]; !ok || d != 0 || ph[0].Bytes != 1<<20 {
+		t.Fatalf("fallback: metrics %v bytes %d", ph[0].Metrics, ph[0].Bytes)
+	}
+}
+
+// TestBlockIODirectOnRamfs: ramfs refuses O_DIRECT at open (EINVAL), the
+// other path to the same decision.
+func TestBlockIODirectOnRamfs(t *testing.T) {
+	dir := bioMount(t, "-t", "ramfs", "ramfs")
+	p := &blockIO{cfg: defaultBlockIOConfig()}
+	p.cfg.Size, p.cfg.Direct = 64<<10, true
+	if err := p.cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	env := phasestest.EnvIn(t, "blockio", dir)
+	// CheckDirect already refuses ramfs; go straight to open.
+	p.direct = true
+	_, err := p.open(env, "f")
+	var de *pio.DirectError
+	if !errors.As(err, &de) || !strings.Contains(err.Error(), "ramfs does not support O_DIRECT") {
+		t.Fatalf("%v", err)
+	}
+	p.cfg.DirectFallback = true
+	fd, err := p.open(env, "f")
+	if err != nil || p.direct {
+		t.Fatalf("fallback open: %v, direct %v", err, p.direct)
+	}
+	pio.Close(fd)
+	if err := p.Teardown(context.Background(), env); err != nil {
+		t.Fatal(err)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Fatalf("teardown left %v", ents)
+	}
+}
+
+// TestBlockIOOnLoopXFS runs direct reads and writes through the engine on
+// a loop-mounted XFS image.
+func TestBlockIOOnLoopXFS(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to mount a loop device")
+	}
+	mkfs, err := exec.LookPath("mkfs.xfs")
+	if err != nil {
+		t.Skip("mkfs.xfs missing: apt-get install xfsprogs")
+	}
+	img := filepath.Join(t.TempDir(), "xfs.img")
+	if err := os.WriteFile(img, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(img, 320<<20); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(mkfs, "-q", img).CombinedOutput(); err != nil {
+		t.Fatalf("mkfs.xfs: %v: %s", err, out)
+	}
+	dir := bioMount(t, "-o", "loop", img)
+	ph := bioRunPlan(t, dir, `
+[[phase]]
+kind = "blockio"
+rw = "randwrite"
+size = "2MiB"
+iodepth = 4
+direct = true
+[[phase]]
+kind = "blockio"
+name = "read"
+rw = "randread"
+size = "2MiB"
+iodepth = 4
+direct = true
+`)
+	for _, p := range ph {
+		bioPassed(t, p)
+		if p.Bytes != 2<<20 || p.Metrics["direct"] != 1 {
+			t.Fatalf("%s: bytes %d metrics %v", p.Name, p.Bytes, p.Metrics)
+		}
+	}
+}
+
+// TestBlockIOFadviseEvicts: with the fadvise cache policy, Setup leaves
+// the files it filled out of the page cache, so the timed reads are cold.
+func TestBlockIOFadviseEvicts(t *testing.T) {
+	dir := bioDiskDir(t)
+	resident := func(p *blockIO) int {
+		path := p.jobs[0].paths[0]
+		f, err := os.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		m, err := unix.Mmap(int(f.Fd()), 0, int(p.cfg.FileSize), unix.PROT_READ, unix.MAP_SHARED)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer unix.Munmap(m)
+		vec := make([]byte, (len(m)+4095)/4096)
+		if _, _, e := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&m[0])), uintptr(len(m)), uintptr(unsafe.Pointer(&vec[0]))); e != 0 {
+			t.Fatal(e)
+		}
+		n := 0
+		for _, v := range vec {
+			n += int(v & 1)
+		}
+		return n
+	}
+	for _, cache := range []phases.CacheMode{phases.CacheNone, phases.CacheFadvise} {
+		p := &blockIO{cfg: defaultBlockIOConfig()}
+		p.cfg.Size = 2 << 20
+		if err := p.cfg.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		env := phasestest.EnvIn(t, "blockio", dir)
+		env.Cache = cache
+		if err := p.Setup(context.Background(), env); err != nil {
+			t.Fatal(err)
+		}
+		n := resident(p)
+		p.Teardown(context.Background(), env)
+		t.Logf("cache %s: %d of 512 pages resident after setup", cache, n)
+		if cache == "fadvise" && n != 0 || cache == "none" && n == 0 {
+			t.Errorf("cache %s: %d pages resident after setup", cache, n)
+		}
+	}
+	// Through the engine the policy is recorded as applied.
+	ph := bioRunPlan(t, dir, "[plan]\nname = \"t\"\ndrop_caches = \"fadvise\"\n[[phase]]\nkind = \"blockio\"\nsize = \"1MiB\"\n")
+	bioPassed(t, ph[0])
+	if ph[0].Cache.Applied != "fadvise" {
+		t.Fatalf("cache %+v", ph[0].Cache)
+	}
+}
+
+// TestBlockIOVerifyCatchesCorruption: Verify compares read data with the
+// generator, so storage returning other bytes fails the phase.
+func TestBlockIOVerifyCatchesCorruption(t *testing.T) {
+	dir := bioDiskDir(t)
+	p := &blockIO{cfg: defaultBlockIOConfig()}
+	p.cfg.Size, p.cfg.Data = 256<<10, pio.GenDeterministic
+	if err := p.cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	env := phasestest.EnvIn(t, "blockio", dir)
+	ctx := context.Background()
+	defer p.Teardown(ctx, env)
+	if err := p.Setup(ctx, env); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Run(ctx, env); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Verify(ctx, env); err != nil {
+		t.Fatalf("clean data: %v", err)
+	}
+	path := p.jobs[0].paths[0]
+	f, _ := os.OpenFile(path, os.O_WRONLY, 0)
+	f.WriteAt([]byte{0xff, 0x00, 0x55}, 0) // the first block is always checked
+	f.Close()
+	if err := p.Verify(ctx, env); err == nil || !strings.Contains(err.Error(), "different bytes") {
+		t.Fatalf("corrupted data: %v", err)
+	}
+}
+
+// TestBlockIOHotLoopAllocatesNothing runs a short job and checks that the
+// Go heap did not grow per op.
+func TestBlockIOHotLoopAllocatesNothing(t *testing.T) {
+	dir := bioDiskDir(t)
+	for _, tc := range []struct {
+		rw, engine string
+		fixed      bool
+	}{{"randread", enginePsync, false}, {"randwrite", enginePsync, false}, {"randread", engineURing, false}, {"randwrite", engineURing, true}, {"randrw", engineURing, true}} {
+		rw := tc.rw + " " + tc.engine
+		p := &blockIO{cfg: defaultBlockIOConfig()}
+		p.cfg.Size, p.cfg.RW, p.cfg.Fsync = 4<<20, tc.rw, 0
+		p.cfg.IOEngine, p.cfg.FixedBufs, p.cfg.RegisterFiles, p.cfg.IODepth = tc.engine, tc.fixed, tc.fixed, 4
+		if err := p.cfg.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		env := phasestest.EnvIn(t, "blockio", dir)
+		ctx := context.Background()
+		if err := p.Setup(ctx, env); err != nil {
+			t.Fatal(err)
+		}
+		w := p.jobs[0].workers[0]
+		// Every run on one thread, which a single-issuer ring requires.
+		runtime.LockOSThread()
+		if (w.ring != nil) != (tc.engine == engineURing) {
+			t.Fatalf("%s: the worker has ring %v", rw, w.ring)
+		}
+		allocs := testing.AllocsPerRun(3, func() {
+			p.jobs[0].next.Store(0)
+			p.jobs[0].live.Store(1)
+			w.loop(p, report.Ticks())
+		})
+		if w.err != nil || w.byts != 4*1024*4096 {
+			t.Fatalf("%s: err %v, %d bytes moved over 4 runs, want %d", rw, w.err, w.byts, 4*1024*4096)
+		}
+		runtime.UnlockOSThread()
+		p.Teardown(ctx, env)
+		if allocs != 0 {
+			t.Errorf("%s: %.1f allocations per run of 1024 ops", rw, allocs)
+		}
+	}
+}
+
+func TestBlockIOFootprint(t *testing.T) {
+	c := decodeBlockIO(t, "jobs = 4\nnrfiles = 8\nfile_size = \"1MiB\"")
+	if f := c.Footprint(2); f.Files != 32 || f.Bytes != 32<<20 {
+		t.Fatalf("%+v", f)
+	}
+}
+
+// BenchmarkBlockIOLoop measures the per-op cost of the hot loop on a
+// page-cached file (tmpfs when /dev/shm is one): the CPU overhead that
+// the rand-4k-cached-qd1 case of phases/bench/blockio.sh compares with fio.
+func BenchmarkBlockIOLoop(b *testing.B) {
+	dir := b.TempDir()
+	if fs, err := pio.StatFS("/dev/shm"); err == nil && fs.Type == "tmpfs" {
+		d, err := os.MkdirTemp("/dev/shm", "prism-bench-")
+		if err == nil {
+			dir = d
+			b.Cleanup(func() { os.RemoveAll(d) })
+		}
+	}
+	for _, name := range []string{"psync/randread", "psync/read", "io_uring/randread", "io_uring/read"} {
+		engine, rw, _ := strings.Cut(name, "/")
+		b.Run(name, func(b *testing.B) {
+			p := &blockIO{cfg: defaultBlockIOConfig()}
+			p.cfg.Size, p.cfg.RW, p.cfg.TimeBased, p.cfg.Runtime = 64<<20, rw, true, phases.Duration(time.Hour)
+			p.cfg.IOEngine = engine
+			if err := p.cfg.Validate(); err != nil {
+				b.Fatal(err)
+			}
+			env := phasestest.EnvIn(b, "blockio", dir)
+			ctx := context.Background()
+			if err := p.Setup(ctx, env); err != nil {
+				b.Fatal(err)
+			}
+			defer p.Teardown(ctx, env)
+			job := p.jobs[0]
+			job.timeBased = false
+			job.total = int64(b.N)
+			job.live.Store(1)
+			b.SetBytes(4096)
+			cpu := cpuNs()
+			b.ResetTimer()
+			job.workers[0].loop(p, report.Ticks())
+			b.StopTimer()
+			// CPU time per op is what a loaded machine distorts least.
+			b.ReportMetric(float64(cpuNs()-cpu)/float64(b.N), "cpu-ns/op")
+		})
+	}
+	b.Run("raw-pread", func(b *testing.B) {
+		path := filepath.Join(dir, "raw")
+		os.WriteFile(path, make([]byte, 64<<20), 0o644)
+		fd, _ := unix.Open(path, unix.O_RDONLY, 0)
+		defer unix.Close(fd)
+		buf := make([]byte, 4096)
+		b.SetBytes(4096)
+		cpu := cpuNs()
+		for i := 0; b.Loop(); i++ {
+			pio.PreadFull(fd, buf, int64(i%16384)*4096)
+		}
+		b.ReportMetric(float64(cpuNs()-cpu)/float64(b.N), "cpu-ns/op")
+	})
+}
+
+// cpuNs is the process's user + system CPU time.
+func cpuNs() int64 {
+	var ru unix.Rusage
+	unix.Getrusage(unix.RUSAGE_SELF, &ru)
+	return ru.Utime.Nano() + ru.Stime.Nano()
+}
+
+// TestProcBudget: phases add Ps while they run and the original setting
+// returns after the last one, also when two overlap.
+func TestProcBudget(t *testing.T) {
+	base := runtime.GOMAXPROCS(0)
+	var b procBudget
+	b.acquire(16)
+	b.acquire(4)
+	if got := runtime.GOMAXPROCS(0); got != base+20 {
+		t.Errorf("GOMAXPROCS %d with two phases, want %d", got, base+20)
+	}
+	b.release(16)
+	if got := runtime.GOMAXPROCS(0); got != base+4 {
+		t.Errorf("GOMAXPROCS %d after one, want %d", got, base+4)
+	}
+	b.release(4)
+	if got := runtime.GOMAXPROCS(0); got != base {
+		t.Errorf("GOMAXPROCS %d after both, want %d", got, base)
+	}
+}

@@ -1,0 +1,150 @@
+package checkpoint
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/prism-hpc/prism/phases/ckpt"
+	"github.com/prism-hpc/prism/phases/phasestest"
+	"github.com/prism-hpc/prism/report"
+)
+
+// TestMLPerfPauseAndKeep: mlperf_checkpoint waits time_between_checkpoints
+// before each save and each load, untimed: the idle time it reports is at
+// least the waits asked for, and the checkpoints' durations and the waits
+// together fit in the phase's wall time, which they could not if a
+// duration included its wait. With [plan] keep = true every checkpoint
+// file stays, DLIO's names and sizes.
+func TestMLPerfPauseAndKeep(t *testing.T) {
+	const pause = 1.0
+	plan := `[plan]
+keep = true
+drop_caches = "none"
+[[phase]]
+kind = "mlperf_checkpoint"
+scale = 0.00002
+num_checkpoints_write = 2
+num_checkpoints_read = 1
+time_between_checkpoints = "1s"
+`
+	res := phasestest.Run(t, registry(), plan)
+	ph := res.Phase(t, "mlperf_checkpoint")
+	if ph.Status != report.StatusPassed {
+		t.Fatalf("%s: %s", ph.Status, ph.Error)
+	}
+	m := ph.Metrics
+	idle := m["idle_seconds"]
+	if idle < 3*pause || m["time_between_checkpoints_seconds"] != pause {
+		t.Errorf("idle %.3fs, time_between_checkpoints %v: want at least 3 waits of %.1fs", idle, m["time_between_checkpoints_seconds"], pause)
+	}
+	a := ph.MetricArrays
+	if len(a["save_ckpt_seconds"]) != 2 || len(a["save_ckpt_min_seconds"]) != 2 || len(a["load_ckpt_seconds"]) != 1 ||
+		len(a["process_save_mean_seconds"]) != 8 || len(a["process_load_mean_seconds"]) != 8 {
+		t.Errorf("metric_arrays %v: want 2 saves, 1 load, 8 processes", a)
+	}
+	for k := range m {
+		if strings.Contains(k, "_ckpt_0") || strings.HasPrefix(k, "process_0") {
+			t.Errorf("metric %q: a list flattened into key names", k)
+		}
+	}
+	for i, d := range a["save_ckpt_seconds"] {
+		if d <= 0 || d < a["save_ckpt_min_seconds"][i] {
+			t.Errorf("checkpoint %d: slowest %v, fastest %v", i, d, a["save_ckpt_min_seconds"][i])
+		}
+	}
+	for id, d := range a["process_save_mean_seconds"] {
+		if d <= 0 || d > a["save_ckpt_seconds"][0]+a["save_ckpt_seconds"][1] {
+			t.Errorf("process %d's mean save %v outside (0, the sum of the slowest %v]", id, d, a["save_ckpt_seconds"])
+		}
+	}
+	busy := a["save_ckpt_seconds"][0] + a["save_ckpt_seconds"][1] + a["load_ckpt_seconds"][0]
+	// The wall leaves the waits out (Env.Idle) and holds the durations:
+	// a duration that included its wait would not fit in it.
+	if busy <= 0 || busy > ph.WallSeconds || ph.WallSeconds >= idle {
+		t.Errorf("durations %.3fs, idle %.3fs, wall time %.3fs: want the durations inside a wall that leaves the idle out", busy, idle, ph.WallSeconds)
+	}
+	files, err := ckpt.MLPerfModels["llama3-8b"].Files(8, 0.00002)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, step := range []string{"global_epoch1_step1", "global_epoch1_step2"} {
+		dirs, _ := filepath.Glob(filepath.Join(res.Workdir, "prism-*", "01-mlperf_checkpoint", step))
+		if len(dirs) != 1 {
+			t.Fatalf("%s: not kept (keep = true)", step)
+		}
+		for _, f := range files {
+			st, err := os.Stat(filepath.Join(dirs[0], f.Name))
+			if err != nil {
+				t.Errorf("%s: %v", step, err)
+				continue
+			}
+			// A torch.save file: the tensors and the zip around them.
+			if st.Size() < f.Bytes() || st.Size() > f.Bytes()+64<<10 {
+				t.Errorf("%s/%s: %d bytes for %d of tensors", step, f.Name, st.Size(), f.Bytes())
+			}
+		}
+	}
+}
+
+// TestMLPerfKeep: the phase's keep decides whether its checkpoints
+// outlive its teardown. In a kept run directory, the phase with keep =
+// true (the default) leaves every checkpoint file, the one with keep =
+// false none; a run without [plan] keep leaves no run directory at all.
+func TestMLPerfKeep(t *testing.T) {
+	const phase = `[[phase]]
+kind = "mlperf_checkpoint"
+name = %q
+scale = 0.00002
+num_checkpoints_write = 2
+num_checkpoints_read = 1
+time_between_checkpoints = "0s"
+%s
+`
+	files, err := ckpt.MLPerfModels["llama3-8b"].Files(8, 0.00002)
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := func(t *testing.T, root, name string) int {
+		t.Helper()
+		n := 0
+		for _, step := range []string{"global_epoch1_step1", "global_epoch1_step2"} {
+			dirs, _ := filepath.Glob(filepath.Join(root, "prism-*", "*-"+name, step))
+			if len(dirs) > 1 {
+				t.Fatalf("%s: %d directories %s", name, len(dirs), step)
+			}
+			for _, d := range dirs {
+				for _, f := range files {
+					if _, err := os.Stat(filepath.Join(d, f.Name)); err == nil {
+						n++
+					}
+				}
+			}
+		}
+		return n
+	}
+	plan := "[plan]\nkeep = true\ndrop_caches = \"none\"\n" +
+		fmt.Sprintf(phase, "kept", "") + fmt.Sprintf(phase, "dropped", "keep = false")
+	res := phasestest.Run(t, registry(), plan)
+	for _, name := range []string{"kept", "dropped"} {
+		if ph := res.Phase(t, name); ph.Status != report.StatusPassed {
+			t.Fatalf("%s: %s: %s", name, ph.Status, ph.Error)
+		}
+	}
+	if n := count(t, res.Workdir, "kept"); n != 2*len(files) {
+		t.Errorf("keep = true (default): %d of %d checkpoint files left after the run", n, 2*len(files))
+	}
+	if n := count(t, res.Workdir, "dropped"); n != 0 {
+		t.Errorf("keep = false: %d checkpoint files left after the phase", n)
+	}
+
+	res = phasestest.Run(t, registry(), "[plan]\ndrop_caches = \"none\"\n"+fmt.Sprintf(phase, "kept", ""))
+	if ph := res.Phase(t, "kept"); ph.Status != report.StatusPassed {
+		t.Fatalf("%s: %s", ph.Status, ph.Error)
+	}
+	if left, _ := filepath.Glob(filepath.Join(res.Workdir, "prism-*")); len(left) != 0 {
+		t.Errorf("without [plan] keep the run directory stays: %v", left)
+	}
+}
