@@ -1,10 +1,11 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
+	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -13,76 +14,107 @@ import (
 
 // compareOptions are the inputs of prism compare.
 type compareOptions struct {
-	base, new string
+	bases     []string // earlier runs, oldest first
+	new       string
 	threshold float64 // relative: 0.10 = 10%
 	json      bool
 	labels    []string
 }
 
-func cmdCompare(args []string, stdout, stderr io.Writer) int {
+func cmdCompare(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	o := compareOptions{threshold: report.DefaultThreshold}
-	fs := flag.NewFlagSet("compare", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("compare")
 	fs.Func("threshold", "relative change tolerated before a metric counts (`PCT`, e.g. 10% or 25)", func(s string) error {
 		v, err := parseThreshold(s)
 		o.threshold = v
 		return err
 	})
 	fs.BoolVar(&o.json, "json", false, "print the comparison as JSON")
-	labels := fs.String("label", "", "`base,new` names for the two runs (default: run ids)")
-	pos, err := parseFlags(fs, args)
+	labels := fs.String("label", "", "`base,new` names for the base (the first, with several) and the new run (default: run ids)")
+	baseDir := fs.String("base-dir", "", "take every `DIR`/*/manifest.json (earlier runs of the plan, e.g. results/<plan>) as base runs")
+	pos, err := parseFlags(fs, args, stdout, stderr)
 	if err != nil {
-		return exitUsage
+		return err
 	}
-	if len(pos) != 2 {
-		fmt.Fprintf(stderr, "usage: prism compare [--threshold 10%%] [--json] [--label base,new] base.json new.json\n")
-		return exitUsage
+	if len(pos) < 1 || (len(pos) < 2 && *baseDir == "") {
+		return usageErrorf("%s", usageLine("compare"))
 	}
-	o.base, o.new = pos[0], pos[1]
+	o.bases, o.new = pos[:len(pos)-1], pos[len(pos)-1]
+	if *baseDir != "" {
+		found, err := filepath.Glob(filepath.Join(*baseDir, "*", "manifest.json"))
+		if err != nil {
+			return usageErrorf("compare: --base-dir %s: %v", *baseDir, err)
+		}
+		newAbs, _ := filepath.Abs(o.new)
+		for _, f := range found {
+			// The new run may sit in the same directory: it is not its
+			// own history.
+			if abs, _ := filepath.Abs(f); abs != newAbs {
+				o.bases = append(o.bases, f)
+			}
+		}
+		if len(o.bases) == 0 {
+			return usageErrorf("compare: --base-dir %s: no */manifest.json other than the new run's", *baseDir)
+		}
+	}
 	if *labels != "" {
 		o.labels = strings.Split(*labels, ",")
 		if len(o.labels) != 2 {
-			fmt.Fprintf(stderr, "prism compare: --label wants two names, base,new\n")
-			return exitUsage
+			return usageErrorf("compare: --label wants two names, base,new")
 		}
 	}
 	c, err := runCompare(o)
 	if err != nil {
-		fmt.Fprintf(stderr, "prism compare: %v\n", err)
-		return exitUsage
+		return asUsage(fmt.Errorf("compare: %w", err))
+	}
+	if len(o.bases) == 1 && !o.json {
+		for _, w := range c.Warnings {
+			if strings.HasPrefix(w, "one base run") {
+				fmt.Fprintf(stderr, "prism compare: warning: %s\n", w)
+			}
+		}
 	}
 	if o.json {
 		b, err := json.MarshalIndent(c, "", "  ")
 		if err != nil {
-			fmt.Fprintf(stderr, "prism compare: %v\n", err)
-			return exitUsage
+			return err
 		}
-		stdout.Write(append(b, '\n'))
+		if _, err := stdout.Write(append(b, '\n')); err != nil {
+			return err
+		}
 	} else if err := c.WriteText(stdout); err != nil {
-		fmt.Fprintf(stderr, "prism compare: %v\n", err)
-		return exitUsage
+		return err
 	}
 	if c.Regressed() {
-		return exitFailed
+		return errReported
 	}
-	return exitOK
+	return nil
 }
 
-// runCompare reads both manifests and compares them.
+// runCompare reads every manifest (a truncated or foreign file is an
+// error naming it) and compares the new run against the bases, which must
+// be runs of the same plan, schema version and rank count.
 func runCompare(o compareOptions) (*report.Comparison, error) {
-	base, err := report.ReadManifest(o.base)
-	if err != nil {
-		return nil, err
-	}
 	new, err := report.ReadManifest(o.new)
 	if err != nil {
 		return nil, err
+	}
+	var bases []*report.Manifest
+	for _, path := range o.bases {
+		b, err := report.ReadManifest(path)
+		if err != nil {
+			return nil, err
+		}
+		if err := report.Comparable(b, new); err != nil {
+			return nil, fmt.Errorf("%s: %w (new run %s)", path, err, o.new)
+		}
+		bases = append(bases, b)
 	}
 	co := report.CompareOptions{Threshold: o.threshold}
 	if len(o.labels) == 2 {
 		co.BaseLabel, co.NewLabel = o.labels[0], o.labels[1]
 	}
-	return report.Compare(base, new, co), nil
+	return report.CompareHistory(bases, new, co), nil
 }
 
 // parseThreshold reads "10%", "10" (both 10%) or "2.5%".

@@ -1,14 +1,14 @@
 package main
 
 import (
+	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"strings"
 	"text/tabwriter"
 
 	"github.com/prism-hpc/prism/phases"
+	"github.com/prism-hpc/prism/phases/dataload"
 	"github.com/prism-hpc/prism/report"
 )
 
@@ -24,53 +24,54 @@ type datasizeOptions struct {
 // cmdDatasize prints the dataset MLPerf Storage requires of a training
 // run: at least 500 steps of every accelerator and five times the memory
 // of every host, so the page cache cannot serve the run.
-func cmdDatasize(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("datasize", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+func cmdDatasize(_ context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("datasize")
 	o := datasizeOptions{}
 	fs.StringVar(&o.Workload, "workload", "unet3d", "unet3d | resnet50 | cosmoflow | retinanet")
 	fs.StringVar(&o.Accelerator, "accelerator", "h100", "a100 | h100 | b200")
 	fs.IntVar(&o.Accelerators, "accelerators", 1, "simulated accelerators of the whole job")
 	fs.IntVar(&o.Hosts, "hosts", 1, "client hosts")
 	mem := fs.String("memory", "", "memory per host, e.g. 512GiB (default: this host's MemTotal)")
-	if err := fs.Parse(args); err != nil {
-		return exitUsage
+	pos, err := parseFlags(fs, args, stdout, stderr)
+	if err != nil {
+		return err
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "prism datasize: unexpected argument %q\n", fs.Arg(0))
-		return exitUsage
+	if len(pos) > 0 {
+		return usageErrorf("datasize: unexpected argument %q", pos[0])
 	}
 	if *mem != "" {
 		v, err := phases.ParseSize(*mem)
 		if err != nil {
-			fmt.Fprintf(stderr, "prism datasize: --memory: %v\n", err)
-			return exitUsage
+			return usageErrorf("datasize: --memory: %v", err)
 		}
 		o.Memory = int64(v)
 	} else {
-		v, err := phases.HostMemory()
+		v, err := dataload.HostMemory()
 		if err != nil {
-			fmt.Fprintf(stderr, "prism datasize: %v; give --memory\n", err)
-			return exitFailed
+			return fmt.Errorf("datasize: %w; give --memory", err)
 		}
 		o.Memory = v
 	}
-	if err := runDatasize(o, stdout); err != nil {
-		fmt.Fprintf(stderr, "prism datasize: %v\n", err)
-		return exitUsage
-	}
-	return exitOK
+	return runDatasize(o, stdout)
 }
 
 func runDatasize(o datasizeOptions, w io.Writer) error {
-	if o.Accelerators < 1 || o.Hosts < 1 || o.Memory < 0 {
-		return errors.New("--accelerators and --hosts must be at least 1, --memory not negative")
+	if o.Accelerators < 1 || o.Accelerators > 1<<24 || o.Hosts < 1 || o.Hosts > 1<<20 || o.Memory < 0 {
+		return usageErrorf("datasize: --accelerators (1 .. 16777216) and --hosts (1 .. 1048576) out of range, or --memory negative")
 	}
-	p, err := phases.LookupTrainPreset(o.Workload, o.Accelerator)
-	if err != nil && !strings.Contains(err.Error(), "compute time") {
-		return err
+	p, err := dataload.LookupTrainPreset(o.Workload, o.Accelerator)
+	var pe *dataload.PresetError
+	if errors.As(err, &pe) && pe.NoComputeTime {
+		err = nil // the sizes do not depend on the compute time
 	}
-	d := phases.MLPerfDatasize(p, o.Accelerators, o.Hosts, o.Memory)
+	if err != nil {
+		var pe *dataload.PresetError
+		if errors.As(err, &pe) {
+			return usageErrorf("datasize: --%s: %s", pe.Key, pe.Msg)
+		}
+		return asUsage(err)
+	}
+	d := dataload.MLPerfDatasize(p, o.Accelerators, o.Hosts, o.Memory)
 	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
 	fmt.Fprintf(tw, "workload\t%s (%d-byte samples, %d per file, batch %d)\n", o.Workload, p.RecordSize, p.SamplesPerFile, p.BatchSize)
 	fmt.Fprintf(tw, "steps bound\t500 steps x batch %d x %d accelerators = %d samples\n", p.BatchSize, o.Accelerators, d.StepBound)

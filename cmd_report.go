@@ -2,7 +2,7 @@ package main
 
 import (
 	"bytes"
-	"flag"
+	"context"
 	"fmt"
 	"io"
 	"path/filepath"
@@ -16,37 +16,55 @@ type reportOptions struct {
 	out       string   // --out; default report.html next to the first manifest
 	labels    []string // --label a,b: one per manifest
 	manifests []string
+	summary   bool // --summary: print the text summaries, no HTML
+	wide      bool // --wide: every column of the summaries
 }
 
-func cmdReport(args []string, stdout, stderr io.Writer) int {
+func cmdReport(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	var o reportOptions
-	fs := flag.NewFlagSet("report", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("report")
 	fs.StringVar(&o.out, "out", "", "write the HTML to `FILE` (default: report.html next to the manifest when one is given, else ./report.html)")
 	labels := fs.String("label", "", "comma-separated `names` for the runs, in the order of the manifests (default: run ids)")
-	pos, err := parseFlags(fs, args)
+	fs.BoolVar(&o.summary, "summary", false, "print each manifest's text summary (as prism run does) instead of writing the HTML")
+	fs.BoolVar(&o.wide, "wide", false, "with --summary: every column (kind, errors, mean, p90, p99.9, cache) and whole names; by default the summary fits 100 columns")
+	pos, err := parseFlags(fs, args, stdout, stderr)
 	if err != nil {
-		return exitUsage
+		return err
 	}
 	if len(pos) == 0 {
-		fmt.Fprintf(stderr, "usage: prism report [--out FILE] [--label a,b] manifest.json [more.json …]\n")
-		return exitUsage
+		return usageErrorf("%s", usageLine("report"))
+	}
+	if o.wide && !o.summary {
+		return usageErrorf("report: --wide shapes the text summary: give --summary too")
+	}
+	if o.summary {
+		for i, p := range pos {
+			m, err := report.ReadManifest(p)
+			if err != nil {
+				return asUsage(fmt.Errorf("report: %w", err))
+			}
+			if i > 0 {
+				fmt.Fprintln(stdout)
+			}
+			if err := report.WriteSummaryWith(stdout, m, report.SummaryOptions{Wide: o.wide}); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
 	o.manifests = pos
 	if *labels != "" {
 		o.labels = strings.Split(*labels, ",")
 		if len(o.labels) != len(pos) {
-			fmt.Fprintf(stderr, "prism report: %d labels for %d manifests\n", len(o.labels), len(pos))
-			return exitUsage
+			return usageErrorf("report: %d labels for %d manifests", len(o.labels), len(pos))
 		}
 	}
 	path, err := runReport(o)
 	if err != nil {
-		fmt.Fprintf(stderr, "prism report: %v\n", err)
-		return exitUsage
+		return asUsage(fmt.Errorf("report: %w", err))
 	}
-	fmt.Fprintf(stdout, "report: %s\n", path)
-	return exitOK
+	_, err = fmt.Fprintf(stdout, "report: %s\n", path)
+	return err
 }
 
 // runReport renders the manifests into one HTML page (an overlay when there

@@ -50,14 +50,15 @@ func TestReportVerb(t *testing.T) {
 	}
 
 	// One run: report.html next to the manifest. create_files: 2 sweep
-	// plots + 2 rank counts × (CDF, busy, bytes); list_files: CDF + busy.
+	// plots + 2 rank counts × (percentiles, busy, bytes); list_files:
+	// percentiles + busy (phases this short have no time series).
 	r := prism(t, dir, "report", manifests[0])
 	want := filepath.Join(filepath.Dir(manifests[0]), "report.html")
 	if r.code != 0 || strings.TrimSpace(r.stdout) != "report: "+want {
 		t.Fatalf("exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	page := readPage(t, want, 10)
-	for _, s := range []string{"create_files: latency vs ranks", "create_files, 2 ranks: busy time per rank", "list_files, 2 ranks: latency CDF", "readdir", "p99"} {
+	for _, s := range []string{"create_files: latency vs ranks", "create_files, 2 ranks: busy time per rank", "list_files, 2 ranks: latency by percentile", "readdir", "p99", "<h3>Overview</h3>"} {
 		if !strings.Contains(page, s) {
 			t.Errorf("report lacks %q", s)
 		}
@@ -69,9 +70,10 @@ func TestReportVerb(t *testing.T) {
 	if m := reportLine.FindStringSubmatch(r.stdout); r.code != 0 || m == nil || m[1] != out {
 		t.Fatalf("exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
-	// create_files: latency per op (1) + rate + 2 × 3; list_files: 2 CDFs + busy.
+	// create_files: latency per op (1) + rate + 2 × 3; list_files: 2
+	// percentile plots + busy.
 	page = readPage(t, out, 11)
-	for _, s := range []string{"A vs B", ">A mean<", ">B P99<", "list_files stat, 2 ranks: latency CDF"} {
+	for _, s := range []string{"A vs B", ">A mean<", ">B P99<", "list_files stat, 2 ranks: latency by percentile"} {
 		if !strings.Contains(page, s) {
 			t.Errorf("overlay lacks %q", s)
 		}

@@ -1,20 +1,23 @@
 package main
 
 import (
+	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
-	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/prism-hpc/prism/examples"
+	pio "github.com/prism-hpc/prism/io"
 	"github.com/prism-hpc/prism/phases"
+	"github.com/prism-hpc/prism/phases/all"
 	"github.com/prism-hpc/prism/spmd"
 )
 
@@ -24,54 +27,78 @@ type runOptions struct {
 	workdir string
 	results string
 	json    bool
+	wide    bool   // every column of the summary, however wide
 	bind    string // local launcher: "cpus" or "none"
+	// progress is --progress as given, mode what it resolves to on this
+	// process (auto is resolved once, by the launcher under -n, whose
+	// ranks write into pipes); every is --progress-interval.
+	progress string
+	mode     phases.Progress
+	every    time.Duration
 }
 
-// parseFlags parses fs allowing flags before and after the one positional
-// argument, as users type `prism run plan.toml -n 4`.
-func parseFlags(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, err
-		}
-		if fs.NArg() == 0 {
-			return pos, nil
-		}
-		pos = append(pos, fs.Arg(0))
-		args = fs.Args()[1:]
-	}
-}
-
-func cmdRun(args []string, stdout, stderr io.Writer) int {
+func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var o runOptions
-	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("run")
 	fs.IntVar(&o.n, "n", 0, "start `N` local ranks (rendezvous through a private directory)")
 	fs.StringVar(&o.workdir, "workdir", "", "directory under which prism creates its run directory (overrides [plan] workdir)")
 	fs.StringVar(&o.results, "results", "", "directory for manifests (overrides [plan] results)")
 	fs.BoolVar(&o.json, "json", false, "print the manifest JSON instead of the text summary")
-	fs.StringVar(&o.bind, "bind", "cpus", "with -n: `cpus` binds each rank to a disjoint block of CPUs (when N <= CPUs), none leaves them unbound")
-	pos, err := parseFlags(fs, args)
+	fs.BoolVar(&o.wide, "wide", false, "print every column of the summary (kind, errors, mean, p90, p99.9, cache) and whole names, however wide the lines get; by default it fits 100 columns")
+	fs.StringVar(&o.bind, "bind", "cpus", "with -n: `cpus` binds each rank to a disjoint block of CPUs (when N <= CPUs), none leaves them unbound; local: under mpirun or srun, each rank binds itself to its local rank's block of the CPUs the launcher gave it")
+	fs.StringVar(&o.progress, "progress", "auto", "live progress on stderr: `auto` (tty on a terminal, line otherwise), tty (one line redrawn every second), line (a line every 10 s) or none")
+	fs.DurationVar(&o.every, "progress-interval", 0, "how often progress is shown (default 1s for tty, 10s for line)")
+	pos, err := parseFlags(fs, args, stdout, stderr)
 	if err != nil {
-		return exitUsage
+		return err
+	}
+	f, isFile := stderr.(*os.File)
+	if o.mode, err = phases.ParseProgress(o.progress, isFile && phases.IsTerminal(f)); err != nil {
+		return usageErrorf("run: %v", err)
+	}
+	if o.every < 0 || o.every > 0 && o.every < 10*time.Millisecond {
+		return usageErrorf("run: --progress-interval %s: want 10ms or more", o.every)
 	}
 	if len(pos) > 1 {
-		fmt.Fprintf(stderr, "prism run: one plan at a time, got %v\n", pos)
-		return exitUsage
+		return usageErrorf("run: one plan at a time, got %v", pos)
 	}
 	if len(pos) == 1 {
 		o.plan = pos[0]
 	}
-	if o.bind != "cpus" && o.bind != "none" {
-		fmt.Fprintf(stderr, "prism run: --bind %q: want cpus or none\n", o.bind)
-		return exitUsage
+	if o.bind != "cpus" && o.bind != "none" && o.bind != "local" {
+		return usageErrorf("run: --bind %q: want cpus, none or local", o.bind)
+	}
+	if o.bind == "local" {
+		if err := bindLocal(stderr); err != nil {
+			return err
+		}
 	}
 	if o.n < 0 || o.n > 4096 {
-		fmt.Fprintf(stderr, "prism run: -n %d out of range (1 .. 4096)\n", o.n)
-		return exitUsage
+		return usageErrorf("run: -n %d out of range (1 .. 4096)", o.n)
 	}
-	return runRun(context.Background(), o, stdout, stderr)
+	return runRun(ctx, o, stdout, stderr)
+}
+
+// bindLocal, for --bind local, binds this rank to its local rank's block
+// of the CPUs the launcher allowed (spmd.CPUBlocks, as prism run -n
+// does): the rank starts again bound, with PRISM_CPUS saying so. Without
+// a launcher's local rank, or with fewer CPUs than local ranks, the rank
+// runs as it is and says why.
+func bindLocal(stderr io.Writer) error {
+	if os.Getenv(spmd.EnvCPUs) != "" {
+		return nil // bound already (the start again, or prism run -n)
+	}
+	rank, size, ok := spmd.LocalSlot(os.Getenv)
+	if !ok {
+		return usageErrorf("run: --bind local: no launcher's local rank here (OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID, SLURM_LOCALID): start prism with mpirun or srun, or use prism run -n")
+	}
+	cpus, err := spmd.Affinity()
+	blocks := spmd.CPUBlocks(cpus, size)
+	if err != nil || blocks == nil {
+		fmt.Fprintf(stderr, "prism: --bind local: %d local ranks on %d CPUs (%v): running unbound\n", size, len(cpus), err)
+		return nil
+	}
+	return spmd.BindSelf(blocks[rank], append(os.Environ(), spmd.EnvCPUs+"="+spmd.CPUList(blocks[rank])))
 }
 
 // loadSource returns the plan text and the name to use in messages.
@@ -80,15 +107,41 @@ func loadSource(plan string) ([]byte, string, error) {
 		b, err := examples.FS.ReadFile(examples.Quickstart)
 		return b, "quickstart.toml (embedded)", err
 	}
-	b, err := os.ReadFile(plan)
-	if err != nil {
-		return nil, plan, &phases.PlanError{File: plan, Msg: err.Error()}
+	name := plan
+	if n := os.Getenv(envPlanName); n != "" {
+		name = n // a rank of prism run -n: the launcher's copy of the plan
 	}
-	return b, plan, nil
+	b, err := pio.ReadInput(plan, pio.MaxInput, pio.InputTimeout)
+	if err != nil {
+		// The PlanError names the file; its message need not again.
+		return nil, name, &phases.PlanError{File: name, Msg: strings.TrimPrefix(err.Error(), plan+": ")}
+	}
+	return b, name, nil
 }
 
-func runRun(ctx context.Context, o runOptions, stdout, stderr io.Writer) int {
-	reg := phases.Default()
+// envPlanName carries the plan's name as the user gave it to the ranks of
+// prism run -n, which read the launcher's copy of its text: the launcher
+// reads the plan once (it may be a pipe) and hands every rank those bytes.
+const envPlanName = "PRISM_PLAN_NAME"
+
+// envCommandLine carries the user's command line (JSON, one string per
+// argument) to the ranks of prism run -n, whose own command line is the
+// launcher's re-run of itself on a copy of the plan.
+const envCommandLine = "PRISM_COMMAND_LINE"
+
+// commandLine is what the manifest records as the command the user ran.
+func commandLine() []string {
+	if s := os.Getenv(envCommandLine); s != "" {
+		var args []string
+		if err := json.Unmarshal([]byte(s), &args); err == nil {
+			return args
+		}
+	}
+	return os.Args
+}
+
+func runRun(ctx context.Context, o runOptions, stdout, stderr io.Writer) error {
+	reg := all.Registry()
 	src, name, srcErr := loadSource(o.plan)
 	var local *phases.Plan
 	if srcErr == nil {
@@ -103,8 +156,7 @@ func runRun(ctx context.Context, o runOptions, stdout, stderr io.Writer) int {
 	if tempDefault && o.n > 1 {
 		tmp, err := os.MkdirTemp("", "prism-quickstart-")
 		if err != nil {
-			fmt.Fprintf(stderr, "prism: %v\n", err)
-			return exitFailed
+			return err
 		}
 		defer os.RemoveAll(tmp)
 		o.workdir = tmp
@@ -113,22 +165,22 @@ func runRun(ctx context.Context, o runOptions, stdout, stderr io.Writer) int {
 	if srcErr == nil && !child && !tempDefault {
 		wd := o.workdir
 		if wd == "" {
-			wd = local.Header.Workdir
+			wd = cmp.Or(local.Header.NodeLocalWorkdir, local.Header.Workdir)
 		}
 		if wd == "" {
 			wd = "."
 		}
-		if err := phases.CheckWorkdir(wd); err != nil {
-			fmt.Fprintf(stderr, "prism: %v\n", err)
-			return exitUsage
+		// The ranks check it again (and print any warning): this is only
+		// so that a refused workdir fails before ranks are started.
+		if _, err := phases.CheckWorkdir(wd, local.Header.AllowSharedWorkdir); err != nil {
+			return asUsage(err)
 		}
 	}
 	if o.n > 1 && !child {
 		if srcErr != nil {
-			fmt.Fprintf(stderr, "prism: %v\n", srcErr)
-			return exitUsage
+			return asUsage(srcErr)
 		}
-		return launchLocal(ctx, o, stdout, stderr)
+		return launchLocal(ctx, o, src, name, stdout, stderr)
 	}
 
 	sigs := make(chan os.Signal, 2)
@@ -142,7 +194,7 @@ func runRun(ctx context.Context, o runOptions, stdout, stderr io.Writer) int {
 			if caught.Load() != nil {
 				// A second signal means "now": the user does not want to
 				// wait for partial results.
-				os.Exit(exitCodeFor(s))
+				os.Exit(exitCode(interrupted{s}, io.Discard))
 			}
 			caught.Store(s)
 			cancel()
@@ -156,16 +208,14 @@ func runRun(ctx context.Context, o runOptions, stdout, stderr io.Writer) int {
 	}
 	comm, id, err := spmd.Open(ctx, spmd.OpenOptions{Rendezvous: rdv, Timeout: timeout})
 	if err != nil {
-		fmt.Fprintf(stderr, "prism: %v\n", err)
-		return exitUsage
+		return asUsage(err)
 	}
 	defer comm.Close()
 
 	if tempDefault {
 		wd, cleanup, err := sharedTempDir(ctx, comm)
 		if err != nil {
-			fmt.Fprintf(stderr, "prism: rank %d: %v\n", comm.Rank(), err)
-			return exitFailed
+			return fmt.Errorf("rank %d: %w", comm.Rank(), err)
 		}
 		defer cleanup()
 		o.workdir = wd
@@ -174,15 +224,16 @@ func runRun(ctx context.Context, o runOptions, stdout, stderr io.Writer) int {
 	// file, or read an edited copy, still run the same phases.
 	plan, err := agreePlan(ctx, comm, reg, name, src, srcErr)
 	if err != nil {
-		if comm.Rank() == 0 {
-			fmt.Fprintf(stderr, "prism: %v\n", err)
+		if comm.Rank() != 0 {
+			return &exitError{code: exitUsage} // rank 0 says why
 		}
-		return exitUsage
+		return asUsage(err)
 	}
 	out, err := phases.Execute(runCtx, phases.Options{
 		Plan: plan, Comm: comm, RankSource: id.Source, MPILibrary: spmd.MPILibraryVersion(),
-		Workdir: o.workdir, Results: o.results, JSON: o.json, Version: fullVersion(),
-		Stdout: stdout, Stderr: stderr,
+		Workdir: o.workdir, Results: o.results, JSON: o.json, Wide: o.wide, Version: fullVersion(),
+		CommandLine: commandLine(), Stdout: stdout, Stderr: stderr,
+		Progress: o.mode, ProgressEvery: o.every,
 		Interrupted: func() os.Signal {
 			if s, ok := caught.Load().(os.Signal); ok {
 				return s
@@ -193,10 +244,10 @@ func runRun(ctx context.Context, o runOptions, stdout, stderr io.Writer) int {
 	if err != nil {
 		var pe *phases.PlanError
 		if errors.As(err, &pe) {
-			if comm.Rank() == 0 {
-				fmt.Fprintf(stderr, "prism: %v\n", err)
+			if comm.Rank() != 0 {
+				return &exitError{code: exitUsage}
 			}
-			return exitUsage
+			return err
 		}
 		if !phases.IsPeerFailure(err) {
 			fmt.Fprintf(stderr, "prism: rank %d: %v\n", comm.Rank(), err)
@@ -220,28 +271,21 @@ func runRun(ctx context.Context, o runOptions, stdout, stderr io.Writer) int {
 			}
 			comm.Abort(exitFailed)
 		}
-		return exitFailed
+		return errReported
 	}
 	switch {
 	case out.Signal != nil:
-		return exitCodeFor(out.Signal)
+		return interrupted{out.Signal}
 	case out.Status != "passed" || out.ExpectFailed:
-		return exitFailed
+		return errReported
 	}
-	return exitOK
+	return nil
 }
 
 // mpiAbortGrace is how long a rank other than 0 waits before MPI_Abort
 // after an error, so that rank 0 can write the manifest first (rank 0
 // aborts as soon as it has, which ends the wait).
 const mpiAbortGrace = 5 * time.Second
-
-func exitCodeFor(s os.Signal) int {
-	if s == syscall.SIGTERM {
-		return exitTerminated
-	}
-	return exitInterrupted
-}
 
 // agreePlan broadcasts rank 0's plan text (or its failure to read it) and
 // decodes it on every rank, so all ranks fail or succeed together.
@@ -297,11 +341,10 @@ func sharedTempDir(ctx context.Context, comm spmd.Comm) (string, func(), error) 
 }
 
 // launchLocal starts o.n copies of this binary as ranks of one job.
-func launchLocal(ctx context.Context, o runOptions, stdout, stderr io.Writer) int {
+func launchLocal(ctx context.Context, o runOptions, src []byte, name string, stdout, stderr io.Writer) error {
 	self, err := os.Executable()
 	if err != nil {
-		fmt.Fprintf(stderr, "prism: %v\n", err)
-		return exitFailed
+		return err
 	}
 	args := []string{"run"}
 	if o.workdir != "" {
@@ -313,12 +356,38 @@ func launchLocal(ctx context.Context, o runOptions, stdout, stderr io.Writer) in
 	if o.json {
 		args = append(args, "--json")
 	}
+	if o.wide {
+		args = append(args, "--wide")
+	}
+	mode := string(o.mode)
+	if o.mode == phases.ProgressNone {
+		mode = "none"
+	}
+	args = append(args, "--progress", mode)
+	if o.every > 0 {
+		args = append(args, "--progress-interval", o.every.String())
+	}
+	env := os.Environ()
 	if o.plan != "" {
-		abs, err := filepath.Abs(o.plan)
-		if err == nil {
-			o.plan = abs
+		// The ranks read this copy, not the plan: it may have been a pipe
+		// (prism run -n 4 /dev/stdin), or edited since the launcher read it.
+		f, err := os.CreateTemp("", "prism-plan-*.toml")
+		if err != nil {
+			return err
 		}
-		args = append(args, o.plan)
+		defer os.Remove(f.Name())
+		_, err = f.Write(src)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return err
+		}
+		args = append(args, f.Name())
+		env = append(env, envPlanName+"="+name)
+	}
+	if b, err := json.Marshal(os.Args); err == nil {
+		env = append(env, envCommandLine+"="+string(b))
 	}
 	sigs := make(chan os.Signal, 4)
 	// SIGUSR1 (progress snapshot) is forwarded like the others; without
@@ -326,14 +395,26 @@ func launchLocal(ctx context.Context, o runOptions, stdout, stderr io.Writer) in
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGUSR1)
 	defer signal.Stop(sigs)
 	code, err := spmd.Launch(ctx, spmd.LaunchConfig{
-		N: o.n, Path: self, Args: args, Env: os.Environ(), Stdout: stdout, Stderr: stderr, Signals: sigs,
+		N: o.n, Path: self, Args: args, Env: env, Stdout: stdout, Stderr: stderr, Signals: sigs,
 		Bind: o.bind == "cpus",
 	})
-	if err != nil {
-		fmt.Fprintf(stderr, "prism: launcher: %v\n", err)
+	var je *spmd.JobError
+	switch {
+	case errors.As(err, &je):
+		// A rank failed, died or was interrupted: the ranks have said why
+		// (a dead rank could not), the launcher's code follows the
+		// contract (1, 2 for bad usage, 130/143 for the user's signal).
+		if je.Signal != 0 {
+			fmt.Fprintf(stderr, "prism: %v\n", je)
+		}
+		return &exitError{code: je.ExitCode()}
+	case err != nil:
 		if code == 0 {
 			code = exitFailed
 		}
+		return &exitError{code: code, err: fmt.Errorf("launcher: %w", err)}
+	case code != 0:
+		return &exitError{code: code}
 	}
-	return code
+	return nil
 }

@@ -1,29 +1,32 @@
 package main
 
 import (
-	"flag"
+	"context"
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/prism-hpc/prism/phases"
+	"github.com/prism-hpc/prism/phases/all"
 	"github.com/prism-hpc/prism/slurm"
 )
 
 // sbatchOptions are the flags of `prism sbatch`; the batch-script fields
 // go straight into slurm.BatchOptions.
 type sbatchOptions struct {
-	plan string // "" = the embedded quickstart
-	bin  string // "" = this executable
+	plan   string // "" = the embedded quickstart
+	bin    string // "" = this executable
+	submit bool   // check the request against the partition and submit it
 	slurm.BatchOptions
 }
 
-func cmdSbatch(args []string, stdout, stderr io.Writer) int {
+func cmdSbatch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var o sbatchOptions
-	fs := flag.NewFlagSet("sbatch", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("sbatch")
 	fs.IntVar(&o.Nodes, "nodes", 1, "nodes to allocate (#SBATCH --nodes)")
 	fs.IntVar(&o.NTasksPerNode, "ntasks-per-node", 1, "ranks per node (#SBATCH --ntasks-per-node)")
 	fs.StringVar(&o.Time, "time", "1:00:00", "time limit: minutes, MM:SS, HH:MM:SS or D-HH:MM:SS (#SBATCH --time)")
@@ -33,27 +36,68 @@ func cmdSbatch(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.Workdir, "workdir", "", "directory under which prism creates its run directory (default: the plan's)")
 	fs.StringVar(&o.Results, "results", "", "directory for manifests (default: the plan's)")
 	fs.StringVar(&o.bin, "bin", "", "prism binary the job runs (default: this one, by absolute path)")
-	pos, err := parseFlags(fs, args)
+	fs.BoolVar(&o.submit, "submit", false, "check the request against the partition (sinfo) and submit the script with sbatch, instead of printing it")
+	pos, err := parseFlags(fs, args, stdout, stderr)
 	if err != nil {
-		return exitUsage
+		return err
 	}
 	if len(pos) > 1 {
-		fmt.Fprintf(stderr, "usage: prism sbatch [plan.toml] [--nodes N] [--ntasks-per-node M] [--time T] [--partition P] [--account A] [--mpi pmix|pmi2] [--workdir DIR] [--results DIR] [--bin PATH]\n")
-		return exitUsage
+		return usageErrorf("%s", usageLine("sbatch"))
 	}
 	if len(pos) == 1 {
 		o.plan = pos[0]
 	}
 	script, err := runSbatch(o)
 	if err != nil {
-		fmt.Fprintf(stderr, "prism sbatch: %v\n", err)
-		return exitUsage
+		return asUsage(fmt.Errorf("sbatch: %w", err))
 	}
-	if _, err := io.WriteString(stdout, script); err != nil {
-		fmt.Fprintf(stderr, "prism sbatch: %v\n", err)
-		return exitFailed
+	if o.submit {
+		return submitSbatch(ctx, o, script, stdout)
 	}
-	return exitOK
+	_, err = io.WriteString(stdout, script)
+	return err
+}
+
+// submitSbatch checks the request against what sinfo says the partition
+// has — a request it can never meet (more nodes than the partition, more
+// tasks than a node's CPUs) is refused with the reason Slurm would pend
+// on, instead of a job that waits forever — then submits the script and
+// prints the job id. sbatch copies the script at submission, so the file
+// given to it is removed after.
+func submitSbatch(ctx context.Context, o sbatchOptions, script string, stdout io.Writer) error {
+	qctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	parts, err := slurm.QueryPartitions(qctx, os.Environ())
+	if err != nil {
+		return fmt.Errorf("sbatch --submit: %w", err)
+	}
+	if err := slurm.Check(parts, slurm.Request{Partition: o.Partition, Nodes: o.Nodes, NTasksPerNode: o.NTasksPerNode, Time: o.Time}); err != nil {
+		return asUsage(fmt.Errorf("sbatch --submit: %w", err))
+	}
+	f, err := os.CreateTemp("", "prism-*.sbatch")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	if _, err := f.WriteString(script); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	sctx, cancel2 := context.WithTimeout(ctx, time.Minute)
+	defer cancel2()
+	cmd := exec.CommandContext(sctx, "sbatch", "--parsable", f.Name())
+	var errb strings.Builder
+	cmd.Stderr = &errb
+	out, err := cmd.Output()
+	if err != nil {
+		return fmt.Errorf("sbatch --submit: sbatch: %v: %s", err, strings.TrimSpace(errb.String()))
+	}
+	id, _, _ := strings.Cut(strings.TrimSpace(string(out)), ";")
+	_, err = fmt.Fprintf(stdout, "submitted batch job %s (%d nodes x %d tasks, output prism-%s.out)\n", id, o.Nodes, o.NTasksPerNode, id)
+	return err
 }
 
 // runSbatch decodes the plan (a bad plan is an error before any script is
@@ -62,7 +106,7 @@ func runSbatch(o sbatchOptions) (string, error) {
 	src, name, err := loadSource(o.plan)
 	var p *phases.Plan
 	if err == nil {
-		p, err = phases.DecodePlan(phases.Default(), name, src)
+		p, err = phases.DecodePlan(all.Registry(), name, src)
 	}
 	if err != nil {
 		return "", err

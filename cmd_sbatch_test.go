@@ -13,7 +13,7 @@ import (
 func sbatchCmd(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	code := cmdSbatch(args, &out, &errb)
+	code := run(append([]string{"sbatch"}, args...), &out, &errb)
 	return code, out.String(), errb.String()
 }
 

@@ -1,7 +1,7 @@
 package main
 
 import (
-	"flag"
+	"context"
 	"fmt"
 	"io"
 	"runtime"
@@ -26,16 +26,15 @@ func fullVersion() string {
 	return v
 }
 
-func cmdVersion(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("version", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	if err := fs.Parse(args); err != nil {
-		return exitUsage
+func cmdVersion(_ context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("version")
+	if _, err := parseFlags(fs, args, stdout, stderr); err != nil {
+		return err
 	}
 	mpi := "without MPI (rendezvous and local launcher only)"
 	if spmd.MPIAvailable() {
 		mpi = "with MPI: " + spmd.MPILibraryVersion()
 	}
-	fmt.Fprintf(stdout, "prism %s %s/%s %s, built %s\n", fullVersion(), runtime.GOOS, runtime.GOARCH, runtime.Version(), mpi)
-	return exitOK
+	_, err := fmt.Fprintf(stdout, "prism %s %s/%s %s, built %s\n", fullVersion(), runtime.GOOS, runtime.GOARCH, runtime.Version(), mpi)
+	return err
 }

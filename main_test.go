@@ -324,7 +324,7 @@ func TestCheckPrintsFootprint(t *testing.T) {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
 	}
 	// create_files: 500 files of 4KiB per rank, 2000 files and 7.81MiB on 4 ranks.
-	if !regexp.MustCompile(`create_files\s+create_files\s+4\s+1\s+0\s+500\s+1\.95MiB\s+2000\s+7\.81MiB`).MatchString(r.stdout) {
+	if !strings.Contains(r.stdout, "at 4 ranks: 500 files, 1.95MiB per rank; 2000 files, 7.81MiB in all") {
 		t.Errorf("check output:\n%s", r.stdout)
 	}
 	if !strings.Contains(r.stdout, "count=500 size=4KiB shared_dir=false") {
@@ -344,10 +344,14 @@ func TestListNamesEveryKind(t *testing.T) {
 		}
 	}
 	// The defaults listed are the ones a plan gets (phases.DefaultHeader).
-	for _, re := range []string{`clock\s+string\s+"auto"`, `stall_after\s+duration\s+5s`, `coordination_timeout\s+duration\s+3m0s`} {
+	for _, re := range []string{`clock\s+string\s+"auto"`, `stall_after\s+duration\s+5s`, `coordination_timeout\s+duration\s+3m0s`, `kb_base\s+int\s+1024`} {
 		if !regexp.MustCompile(re).MatchString(r.stdout) {
 			t.Errorf("prism list does not show the default %s", re)
 		}
+	}
+	// The units of sizes are stated, as fio reads them.
+	if !strings.Contains(r.stdout, "K = KB = 1024") || !strings.Contains(r.stdout, "kb_base = 1000") {
+		t.Errorf("prism list does not say what K and KB mean:\n%.600s", r.stdout)
 	}
 	if v := prism(t, ".", "version"); v.code != 0 || !strings.HasPrefix(v.stdout, "prism ") {
 		t.Errorf("version: %d %q", v.code, v.stdout)

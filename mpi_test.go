@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/prism-hpc/prism/spmd"
 )
 
 const sweepPlan = `
@@ -123,9 +125,15 @@ func mpirunArgs(np string, args ...string) []string {
 
 func runMPI(t *testing.T, mpirun, dir string, args ...string) result {
 	t.Helper()
-	cmd := exec.Command(mpirun, args...)
-	cmd.Dir = dir
-	cmd.Env = append(cleanEnv(), "OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+	return runIn(t, dir, append(cleanEnv(), "OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"), mpirun, args...)
+}
+
+// runIn runs name with args in dir with env and returns its output and
+// exit code (failing the test when it cannot start).
+func runIn(t *testing.T, dir string, env []string, name string, args ...string) result {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	cmd.Dir, cmd.Env = dir, env
 	var out, errb strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
@@ -456,18 +464,46 @@ func TestRankFailureStopsPeersMPI(t *testing.T) {
 	}
 }
 
-// TestRankKilledMPI: a rank killed with SIGKILL in the middle of a phase
-// must bring the whole job down: mpirun exits non-zero within a bound and
-// no other rank is left running (waiting in a collective for the dead one).
+// TestRankKilledMPI: a rank killed with SIGKILL, or stopped with SIGSTOP,
+// in the middle of a phase must bring the whole job down: mpirun exits
+// non-zero within a bound and no other rank is left running (waiting in a
+// collective for the dead one).
+//
+// By default mpirun ends every rank at once when one dies by a signal,
+// with a SIGTERM and a SIGKILL a second later (odls_base_sigkill_timeout):
+// nothing survives to write a manifest. With orte_abort_on_non_zero_status
+// off (what prism.sbatch's mpirun line and the README give), the
+// survivors' bounded collectives notice the dead rank within
+// coordination_timeout: rank 0 writes the manifest naming it, removes the
+// run directory, and aborts the job. A stopped rank is found the same way,
+// by a liveness probe it cannot answer.
 func TestRankKilledMPI(t *testing.T) {
 	mpirun := needMPI(t)
+	for _, c := range []struct {
+		name     string
+		sig      syscall.Signal
+		mca      []string
+		manifest bool
+	}{
+		{"killed", syscall.SIGKILL, nil, false},
+		{"killed, survivors write", syscall.SIGKILL, []string{"--mca", "orte_abort_on_non_zero_status", "0"}, true},
+		{"stopped", syscall.SIGSTOP, nil, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			rankSignalledMPI(t, mpirun, c.sig, c.mca, c.manifest)
+		})
+	}
+}
+
+func rankSignalledMPI(t *testing.T, mpirun string, sig syscall.Signal, mca []string, wantManifest bool) {
 	dir := t.TempDir()
 	work := filepath.Join(dir, "work")
 	os.Mkdir(work, 0o755)
 	// Long enough never to finish: 1000 iterations of 5000 creates and
 	// their removal, with at most 5000 files per rank on disk at a time.
-	plan := writePlan(t, dir, "[plan]\ndrop_caches = \"none\"\n[[phase]]\nkind = \"create_files\"\ncount = 5000\nsize = 0\niterations = 1000\n")
-	j := startMPI(t, mpirun, dir, mpirunArgs("3", prismBin, "run", plan, "--workdir", work, "--results", filepath.Join(dir, "res"))...)
+	plan := writePlan(t, dir, "[plan]\ndrop_caches = \"none\"\ncoordination_timeout = \"5s\"\n[[phase]]\nkind = \"create_files\"\ncount = 5000\nsize = 0\niterations = 1000\n")
+	args := append(mca, mpirunArgs("3", prismBin, "run", plan, "--workdir", work, "--results", filepath.Join(dir, "res"))...)
+	j := startMPI(t, mpirun, dir, args...)
 
 	if j.waitForPath(filepath.Join(work, "prism-*", "01-create_files", "r1", "files"), 60*time.Second) == "" {
 		t.Fatalf("rank 1 never entered the phase\n%s", j.output())
@@ -491,11 +527,11 @@ func TestRankKilledMPI(t *testing.T) {
 	time.Sleep(500 * time.Millisecond) // well into the phase's loop
 	select {
 	case <-j.done:
-		t.Fatalf("the job ended before the kill (exit %d)\n%s", j.code, j.output())
+		t.Fatalf("the job ended before the signal (exit %d)\n%s", j.code, j.output())
 	default:
 	}
-	killed := time.Now()
-	if err := syscall.Kill(ranks[1].pid, syscall.SIGKILL); err != nil {
+	signalled := time.Now()
+	if err := syscall.Kill(ranks[1].pid, sig); err != nil {
 		t.Fatal(err)
 	}
 	const bound = 60 * time.Second
@@ -506,12 +542,12 @@ func TestRankKilledMPI(t *testing.T) {
 				left = append(left, r)
 			}
 		}
-		t.Fatalf("mpirun still running %v after rank 1 was killed; ranks alive: %v\n%s", bound, left, j.output())
+		t.Fatalf("mpirun still running %v after rank 1 got %v; ranks alive: %v\n%s", bound, sig, left, j.output())
 	}
 	r := j.result()
-	t.Logf("mpirun exit %d, %v after the kill", r.code, time.Since(killed).Round(time.Millisecond))
+	t.Logf("mpirun exit %d, %v after the signal", r.code, time.Since(signalled).Round(time.Millisecond))
 	if r.code == 0 {
-		t.Errorf("mpirun exited 0 after rank 1 was killed\n%s", r.stderr)
+		t.Errorf("mpirun exited 0 after rank 1 got %v\n%s", sig, r.stderr)
 	}
 	// mpirun kills the other ranks before it exits; allow a moment for
 	// the kernel to finish them.
@@ -528,6 +564,20 @@ func TestRankKilledMPI(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("ranks %v still running after mpirun exited", left)
 		}
+	}
+	if !wantManifest {
+		return
+	}
+	if !manifestLine.MatchString(r.stdout) {
+		t.Fatalf("no manifest from the survivors\n%s", j.output())
+	}
+	m := loadManifest(t, r)
+	p := m.Phases[0]
+	if m.Status != "failed" || p.Status != "failed" || !strings.Contains(p.Error, "rank 1 (host ") || !strings.Contains(p.Error, "liveness probe") {
+		t.Errorf("manifest %s, phase %s, error %q: want rank 1 named as not answering", m.Status, p.Status, p.Error)
+	}
+	if left, _ := filepath.Glob(filepath.Join(work, "prism-*")); len(left) != 0 {
+		t.Errorf("the survivors left the run directory %v", left)
 	}
 }
 
@@ -553,5 +603,45 @@ func TestResultsUnwritableMPI(t *testing.T) {
 	t.Logf("mpirun exit %d after %v", r.code, r.elapsed.Round(time.Millisecond))
 	if r.code == 0 || !strings.Contains(r.stderr, "not a directory") {
 		t.Fatalf("exit %d\n%s", r.code, r.stderr)
+	}
+}
+
+// TestBindLocalMPI: under mpirun with --bind-to none, --bind local has each
+// rank bind itself to its local rank's block of the CPUs it was allowed:
+// the ranks' recorded CPUs are disjoint, non-empty, and cover the node.
+func TestBindLocalMPI(t *testing.T) {
+	mpirun := needMPI(t)
+	cpus, err := spmd.Affinity()
+	if err != nil || len(cpus) < 2 {
+		t.Skipf("%d CPUs (%v): nothing to split between 2 ranks", len(cpus), err)
+	}
+	dir := t.TempDir()
+	plan := writePlan(t, dir, "[plan]\ndrop_caches = \"none\"\n[[phase]]\nkind = \"create_files\"\ncount = 10\n")
+	r := runMPI(t, mpirun, dir, mpirunArgs("2", prismBin, "run", "--bind", "local", plan, "--workdir", dir, "--results", filepath.Join(dir, "res"))...)
+	if r.code != 0 {
+		t.Fatalf("exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	m := loadManifest(t, r)
+	seen := map[int]int{}
+	total := 0
+	for _, pr := range m.Phases[0].PerRank {
+		got, err := spmd.ParseCPUList(pr.CPUs)
+		if err != nil || len(got) == 0 {
+			t.Fatalf("rank %d: cpus %q (%v)", pr.Rank, pr.CPUs, err)
+		}
+		for _, c := range got {
+			if o, dup := seen[c]; dup {
+				t.Errorf("CPU %d bound to ranks %d and %d", c, o, pr.Rank)
+			}
+			seen[c] = pr.Rank
+		}
+		total += len(got)
+	}
+	if total != len(cpus) {
+		t.Errorf("ranks bound to %d CPUs in all, the node allows %d: %v", total, len(cpus), seen)
+	}
+	// Without a launcher there is no local rank to bind by.
+	if r := prism(t, dir, "run", "--bind", "local", plan, "--workdir", dir); r.code != 2 || !strings.Contains(r.stderr, "local rank") {
+		t.Errorf("--bind local without a launcher: exit %d %s", r.code, r.stderr)
 	}
 }

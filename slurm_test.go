@@ -135,6 +135,47 @@ func TestSlurmBatch(t *testing.T) {
 		t.Errorf("workdir not cleaned: %v", ents)
 	}
 
+	// prism sbatch --submit checks the request against the partition
+	// first: 2 nodes on this one-node cluster are refused with the reason
+	// Slurm would pend on forever, and nothing is queued; 1 node is
+	// submitted and runs.
+	t.Run("prism sbatch --submit", func(t *testing.T) {
+		submit := func(args ...string) result {
+			return runIn(t, dir, env, prismBin, append([]string{"sbatch", "--submit", "--bin", prismBin, "--time", "5"}, args...)...)
+		}
+		squeue := func() string {
+			cmd := exec.Command("squeue", "-h", "-o", "%i %j")
+			cmd.Env = env
+			out, _ := cmd.Output()
+			return strings.TrimSpace(string(out))
+		}
+		before := squeue()
+		r := submit(plan, "--nodes", "2")
+		if r.code != 2 || !strings.Contains(r.stderr, "PartitionNodeLimit") || !strings.Contains(r.stderr, "has 1 node") {
+			t.Errorf("--nodes 2 on one node: exit %d, stderr %q; want 2 with the partition's limit", r.code, r.stderr)
+		}
+		if q := squeue(); q != before {
+			t.Errorf("a refused request was queued: squeue %q (before %q)", q, before)
+		}
+		r = submit(plan, "--nodes", "1", "--ntasks-per-node", "2", "--workdir", work, "--results", res)
+		m := regexp.MustCompile(`^submitted batch job (\d+) `).FindStringSubmatch(r.stdout)
+		if r.code != 0 || m == nil {
+			t.Fatalf("--nodes 1: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+		}
+		id := m[1]
+		for deadline := time.Now().Add(90 * time.Second); strings.Contains(squeue(), id+" "); time.Sleep(200 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				exec.Command("scancel", id).Run()
+				t.Fatalf("job %s still queued or running after 90s", id)
+			}
+		}
+		b, _ := os.ReadFile(filepath.Join(dir, "prism-"+id+".out"))
+		jm := loadManifest(t, result{stdout: string(b)})
+		if jm.Status != "passed" || jm.Comm.Ranks != 2 || jm.Host.SlurmJobID != id {
+			t.Errorf("job %s: status %s, %d ranks, slurm job %q\n%s", id, jm.Status, jm.Comm.Ranks, jm.Host.SlurmJobID, b)
+		}
+	})
+
 	t.Run("prism sbatch", func(t *testing.T) {
 		// Paths a shell would mangle if the script quoted them wrongly.
 		odd := filepath.Join(dir, "it's a \"dir\" with $HOME and `id`")
