@@ -2,8 +2,13 @@
 # Installs what `make test` needs on a fresh Debian 12 machine: OpenMPI (the
 # MPI build and mpirun tests), fio, xfsprogs (loop-mounted XFS), e2fsprogs
 # (chattr), gcc (cgo and the benchmark's syscall-floor program), Chromium
-# (the HTML report's screenshot test), git (git_clone). Slurm and munge are
-# installed by slurm/cluster.sh, which the Slurm test runs.
+# (the HTML report's screenshot test), git (git_clone), PyTorch and strace
+# (phases/ckpt checks its checkpoint formats and call shapes against real
+# torch; in CI a missing torch fails those tests). Slurm and munge are
+# installed by slurm/cluster.sh, which the Slurm test runs. VersityGW (the S3
+# tests' server) is no package: make test-go builds it from the Go module
+# proxy (io/s3/s3test TestBinary, bounded at 10 minutes) into the user's
+# cache directory before the tests.
 # Idempotent and quiet when everything is present; needs root to install.
 set -euo pipefail
 need=()
@@ -15,7 +20,20 @@ command -v gcc    >/dev/null || need+=(gcc libc6-dev)
 command -v pkg-config >/dev/null || need+=(pkg-config)
 command -v chromium >/dev/null || need+=(chromium fonts-liberation)   # report.html screenshot test
 command -v git    >/dev/null || need+=(git)
+/usr/bin/python3 -c 'import torch' 2>/dev/null || need+=(python3-torch)   # phases/ckpt: real torch as the oracle
+command -v strace >/dev/null || need+=(strace)                          # phases/ckpt: torch's call shapes
 [ -e /usr/lib/x86_64-linux-gnu/pmix2/lib/libpmix.so ] || need+=(libpmix-dev)   # srun --mpi=pmix
+# The emulated nodes of slurm/cluster.sh up --nodes (multinode_test.go):
+# namespaces and veths, and the shared sshfs filesystem with its sshd.
+command -v ip     >/dev/null || need+=(iproute2)
+command -v sshfs  >/dev/null || need+=(sshfs)
+[ -x /usr/sbin/sshd ]        || need+=(openssh-server)
+# make bench's peers (.ci/deps.sh --bench): boto3 for the S3 client
+# comparison, fsspec for the interface comparison; make test needs neither.
+if [ "${1:-}" = --bench ]; then
+  /usr/bin/python3 -c 'import boto3' 2>/dev/null || need+=(python3-boto3)
+  /usr/bin/python3 -c 'import fsspec' 2>/dev/null || need+=(python3-fsspec)
+fi
 [ ${#need[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" != 0 ]; then
   echo "deps: missing ${need[*]}; run as root or install them (tests needing them will skip)" >&2
