@@ -264,13 +264,7 @@ func CreatePersistent(ctx context.Context, env *Env, kind, name string, params a
 	if parent != nil {
 		defer parent.Close()
 	}
-	if err := env.Agree(ctx, local); err != nil {
-		if root != nil {
-			root.Close()
-		}
-		return nil, err
-	}
-	msg, err := env.Comm.Bcast(ctx, 0, msg)
+	msg, err := agreeAndShare(ctx, env, local, root, msg)
 	if err != nil {
 		return nil, err
 	}
@@ -318,6 +312,20 @@ func (p *Persistent) Complete(env *Env, kind, name string, params any, list []by
 	return p.Root.Sync()
 }
 
+// agreeAndShare has the ranks agree on rank 0's look at a dataset (local:
+// its error, nil on the other ranks) and hands every rank rank 0's msg;
+// when they do not agree, rank 0's half-opened root is closed here, as no
+// caller gets it.
+func agreeAndShare(ctx context.Context, env *Env, local error, root *pio.Dir, msg []byte) ([]byte, error) {
+	if err := env.Agree(ctx, local); err != nil {
+		if root != nil {
+			root.Close()
+		}
+		return nil, err
+	}
+	return env.Comm.Bcast(ctx, 0, msg)
+}
+
 // OpenPersistent finds the complete persistent directory of kind named
 // name (<name>-<hash>, or the one directory <name>-* when name has no
 // hash) on rank 0, checks its marker and list, and opens it on every rank
@@ -357,13 +365,7 @@ func OpenPersistent(ctx context.Context, env *Env, key, kind, name string) (*Per
 	if parent != nil {
 		defer parent.Close()
 	}
-	if err := env.Agree(ctx, local); err != nil {
-		if root != nil {
-			root.Close()
-		}
-		return nil, err
-	}
-	msg, err := env.Comm.Bcast(ctx, 0, msg)
+	msg, err := agreeAndShare(ctx, env, local, root, msg)
 	if err != nil {
 		return nil, err
 	}
