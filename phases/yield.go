@@ -36,6 +36,38 @@ func (y *Yielder) Due(now int64) bool {
 	return true
 }
 
+// Pacer paces a loop over many ops outside their timed spans: every 64th
+// op it checks the context (a cancelled phase stops within 64 ops, not at
+// the loop's end) and yields when a Yielder says so.
+type Pacer struct {
+	y     Yielder
+	begin time.Time
+}
+
+// NewPacer starts a Pacer at the loop's start.
+func NewPacer() Pacer {
+	p := Pacer{begin: time.Now()}
+	p.y.Due(0)
+	return p
+}
+
+// Started is when the loop started (NewPacer's time).
+func (p *Pacer) Started() time.Time { return p.begin }
+
+// Tick is called before op i; it returns ctx's error once ctx is done.
+func (p *Pacer) Tick(ctx context.Context, i int) error {
+	if i&63 != 63 {
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if p.y.Due(int64(time.Since(p.begin))) {
+		Yield()
+	}
+	return nil
+}
+
 // Yield gives up the P for a moment (runtime.Gosched), outside any op's
 // timed span.
 func Yield() { yieldFn() }

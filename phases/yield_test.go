@@ -133,3 +133,38 @@ func TestQuiesceHeapLeavesNothingToScavenge(t *testing.T) {
 		t.Fatalf("%d B of free heap still mapped after quiesceHeap: the scavenger would return it during the Run", after)
 	}
 }
+
+// A Pacer looks at its context and the clock only every 64th op: a
+// cancelled loop stops at the next 64th op with ctx's error, and a loop
+// that has run a full YieldEvery yields there, never in between.
+func TestPacer(t *testing.T) {
+	saved := yieldFn
+	yields := 0
+	yieldFn = func() { yields++ }
+	defer func() { yieldFn = saved }()
+
+	p := NewPacer()
+	time.Sleep(time.Duration(2 * YieldEvery))
+	for i := range 63 {
+		if err := p.Tick(context.Background(), i); err != nil || yields != 0 {
+			t.Fatalf("op %d: %v, %d yields: want neither before the 64th op", i, err, yields)
+		}
+	}
+	if err := p.Tick(context.Background(), 63); err != nil || yields != 1 {
+		t.Fatalf("op 63, %v after the start: %v, %d yields, want one yield", 2*time.Duration(YieldEvery), err, yields)
+	}
+	if time.Since(p.Started()) < 2*time.Duration(YieldEvery) {
+		t.Errorf("Started %v is not the loop's start", p.Started())
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for i := 64; i < 127; i++ {
+		if err := p.Tick(ctx, i); err != nil {
+			t.Fatalf("op %d: %v before the next 64th op", i, err)
+		}
+	}
+	if err := p.Tick(ctx, 127); err != context.Canceled {
+		t.Fatalf("op 127 of a cancelled loop: %v, want context.Canceled", err)
+	}
+}

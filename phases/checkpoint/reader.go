@@ -723,19 +723,12 @@ func (r *reader) run(ctx context.Context, env *phases.Env, kind string) (err err
 		defer r.recoverFault(env, &err)
 	}
 	flags := unix.O_RDONLY
-	var y phases.Yielder
-	begin := time.Now()
-	y.Due(0)
+	pace := phases.NewPacer()
 	for i := range r.ops {
 		op := &r.ops[i]
 		r.cur = i
-		if i&63 == 63 {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			if y.Due(int64(time.Since(begin))) {
-				phases.Yield()
-			}
+		if err := pace.Tick(ctx, i); err != nil {
+			return err
 		}
 		path := &r.paths[op.slot]
 		target := path.Name()
@@ -830,7 +823,7 @@ func (r *reader) run(ctx context.Context, env *phases.Env, kind string) (err err
 		}
 	}
 	if kind == "rl" {
-		recState.Observe(begin, 0, nil)
+		recState.Observe(pace.Started(), 0, nil)
 	}
 	return nil
 }
@@ -946,19 +939,12 @@ func (r *reader) runObjects(ctx context.Context, env *phases.Env, kind, whole st
 	}
 	bufs := o.buffers()
 	c := o.st.Client
-	var y phases.Yielder
-	begin := time.Now()
-	y.Due(0)
+	pace := phases.NewPacer()
 	for i := range r.ops {
 		op := &r.ops[i]
 		r.cur = i
-		if i&63 == 63 {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			if y.Due(int64(time.Since(begin))) {
-				phases.Yield()
-			}
+		if err := pace.Tick(ctx, i); err != nil {
+			return err
 		}
 		lf := &r.l.Files[r.files[op.slot]]
 		target := r.paths[op.slot].Name()
@@ -1011,7 +997,7 @@ func (r *reader) runObjects(ctx context.Context, env *phases.Env, kind, whole st
 		}
 	}
 	if kind == "rl" {
-		recState.Observe(begin, 0, nil)
+		recState.Observe(pace.Started(), 0, nil)
 	}
 	return nil
 }
