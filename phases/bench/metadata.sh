@@ -74,52 +74,12 @@ command -v python3 >/dev/null || { echo "metadata.sh: python3 not found" >&2; ex
 [[ $COUNT =~ ^[1-9][0-9]*$ && $SIZE =~ ^[0-9]+$ && $ROUNDS =~ ^[1-9][0-9]*$ ]] ||
 	{ echo "metadata.sh: COUNT, SIZE and ROUNDS must be integers (COUNT, ROUNDS >= 1)" >&2; exit 1; }
 
-work=""
-scratch=""
-mnt=""
-img=""
-cleanup() {
-	[[ -n $scratch ]] && rm -rf -- "$scratch"
-	[[ -n $mnt ]] && { umount -- "$mnt" || umount -l -- "$mnt"; } 2>/dev/null
-	[[ -n $img ]] && rm -f -- "$img"
-	[[ -n $work ]] && rm -rf -- "$work"
-	return 0
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-work=$(mktemp -d "${TMPDIR:-/tmp}/prism-bench-tools.XXXXXX") # floor binary, plans, manifests
-if [[ -z ${BENCH_FS:-} ]]; then
-	BENCH_FS=dir
-	[[ $(id -u) == 0 ]] && command -v mkfs.xfs >/dev/null && BENCH_FS=xfs
-fi
-case $BENCH_FS in
-xfs)
-	[[ $(id -u) == 0 ]] || { echo "metadata.sh: BENCH_FS=xfs needs root (loop mount); use BENCH_FS=dir" >&2; exit 1; }
-	command -v mkfs.xfs >/dev/null || { echo "metadata.sh: mkfs.xfs not found (apt-get install xfsprogs)" >&2; exit 1; }
-	img=$(mktemp "$BENCH_DIR/prism-bench.XXXXXX.xfs")
-	truncate -s 8G "$img"
-	mkfs.xfs -q -f "$img"
-	mnt="$work/mnt"
-	mkdir -p "$mnt"
-	mount -o loop -- "$img" "$mnt" || { mnt=""; echo "metadata.sh: cannot loop-mount $img; use BENCH_FS=dir" >&2; exit 1; }
-	scratch=$(mktemp -d "$mnt/prism-bench.XXXXXX")
-	;;
-dir) scratch=$(mktemp -d "$BENCH_DIR/prism-bench.XXXXXX") ;;
-*)
-	echo "metadata.sh: BENCH_FS=$BENCH_FS: want xfs or dir" >&2
-	exit 1
-	;;
-esac
+# shellcheck source=scratch.sh
+. "$here/scratch.sh"
+bench_scratch metadata.sh prism-bench 8G
 
 fstype=$(findmnt -n -o FSTYPE --target "$scratch" 2>/dev/null || stat -f -c %T "$scratch")
 fssrc=$(findmnt -n -o SOURCE --target "$scratch" 2>/dev/null || echo "?")
-case $fstype in
-tmpfs | ramfs)
-	echo "metadata.sh: $scratch is on $fstype; point BENCH_DIR at a disk filesystem" >&2
-	exit 1
-	;;
-esac
 
 # ext4 without a journal keeps a freed inode number out of reuse for 60 s
 # (360 s while its inode table block is dirty), and every create scans past

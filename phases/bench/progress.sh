@@ -43,49 +43,10 @@ command -v python3 >/dev/null || { echo "progress.sh: python3 not found" >&2; ex
 [[ $COUNT =~ ^[1-9][0-9]*$ && $SIZE =~ ^[0-9]+$ && $ROUNDS =~ ^[1-9][0-9]*$ ]] ||
 	{ echo "progress.sh: COUNT, SIZE and ROUNDS must be integers (COUNT, ROUNDS >= 1)" >&2; exit 1; }
 
-work=""
-scratch=""
-mnt=""
-img=""
-cleanup() {
-	[[ -n $scratch ]] && rm -rf -- "$scratch"
-	[[ -n $mnt ]] && { umount -- "$mnt" || umount -l -- "$mnt"; } 2>/dev/null
-	[[ -n $img ]] && rm -f -- "$img"
-	[[ -n $work ]] && rm -rf -- "$work"
-	return 0
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-work=$(mktemp -d "${TMPDIR:-/tmp}/prism-bench-progress.XXXXXX")
-if [[ -z ${BENCH_FS:-} ]]; then
-	BENCH_FS=dir
-	[[ $(id -u) == 0 ]] && command -v mkfs.xfs >/dev/null && BENCH_FS=xfs
-fi
-case $BENCH_FS in
-xfs)
-	[[ $(id -u) == 0 ]] || { echo "progress.sh: BENCH_FS=xfs needs root (loop mount); use BENCH_FS=dir" >&2; exit 1; }
-	command -v mkfs.xfs >/dev/null || { echo "progress.sh: mkfs.xfs not found (apt-get install xfsprogs)" >&2; exit 1; }
-	img=$(mktemp "$BENCH_DIR/prism-bench-progress.XXXXXX.xfs")
-	truncate -s 4G "$img"
-	mkfs.xfs -q -f "$img"
-	mnt="$work/mnt"
-	mkdir -p "$mnt"
-	mount -o loop -- "$img" "$mnt" || { mnt=""; echo "progress.sh: cannot loop-mount $img; use BENCH_FS=dir" >&2; exit 1; }
-	scratch=$(mktemp -d "$mnt/prism-bench-progress.XXXXXX")
-	;;
-dir) scratch=$(mktemp -d "$BENCH_DIR/prism-bench-progress.XXXXXX") ;;
-*)
-	echo "progress.sh: BENCH_FS=$BENCH_FS: want xfs or dir" >&2
-	exit 1
-	;;
-esac
-fstype=$(stat -f -c %T "$scratch")
-case $fstype in
-tmpfs | ramfs)
-	echo "progress.sh: $scratch is on $fstype; point BENCH_DIR at a disk filesystem" >&2
-	exit 1
-	;;
-esac
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=scratch.sh
+. "$here/scratch.sh"
+bench_scratch progress.sh prism-bench-progress 4G
 
 cat >"$work/create.toml" <<EOF
 [plan]
