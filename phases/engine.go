@@ -89,6 +89,9 @@ func Execute(ctx context.Context, o Options) (*Outcome, error) {
 	if e.o.Interrupted == nil {
 		e.o.Interrupted = func() os.Signal { return nil }
 	}
+	if e.o.Progress == ProgressTTY && e.o.Stderr != nil && e.comm.Rank() == 0 {
+		e.o.Stderr = &ttyStderr{w: e.o.Stderr}
+	}
 	return e.execute(ctx)
 }
 

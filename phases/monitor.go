@@ -2,6 +2,7 @@ package phases
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -334,15 +335,16 @@ func (p *progress) lead(period time.Duration) {
 	defer t.Stop()
 	finished := p.finished
 	done := false
-	drew := false
 	// A group's second phase has a rank 0 of its own, printing beside the
-	// job's: one line redrawn in place is the job's rank 0's alone.
-	tty := p.e.o.Progress == ProgressTTY && p.e.comm.Rank() == 0
+	// job's: one line redrawn in place is the job's rank 0's alone (and
+	// only the job's rank 0 has a ttyStderr).
+	tw, _ := p.e.o.Stderr.(*ttyStderr)
+	tty := tw != nil
 	for {
 		select {
 		case <-p.quit:
-			if drew {
-				fmt.Fprint(p.e.o.Stderr, "\r\x1b[K")
+			if tw != nil {
+				tw.clear()
 			}
 			if !tty {
 				// Every rank's last report was sent before the agreement
@@ -376,13 +378,12 @@ func (p *progress) lead(period time.Duration) {
 		if tty {
 			// A line longer than the terminal wraps, and \r then redraws
 			// only its last row.
-			if f, ok := p.e.o.Stderr.(*os.File); ok {
+			if f, ok := tw.w.(*os.File); ok {
 				if w := termWidth(f.Fd()); w > 1 && len(line) >= w {
 					line = line[:w-1]
 				}
 			}
-			fmt.Fprintf(p.e.o.Stderr, "\r%s\x1b[K", line)
-			drew = true
+			tw.draw(line)
 		} else {
 			fmt.Fprintf(p.e.o.Stderr, "%s\n", line)
 		}
@@ -596,4 +597,44 @@ func (e *engine) printStart(env *Env) {
 	}
 	bound = append(bound, it)
 	fmt.Fprintf(e.o.Stderr, "%s %s on %d %s: %s\n", e.instance(s), name, env.Size, ranks, strings.Join(bound, ", "))
+}
+
+// ttyStderr is the job's rank 0's stderr while progress redraws a line in
+// place on a terminal. Anything else written to it (a stall report, a
+// warning, a phase's start line) first clears the drawn line, so that it
+// starts at the left margin instead of after the progress figures; the
+// next tick draws the line again below it.
+type ttyStderr struct {
+	mu    sync.Mutex
+	w     io.Writer
+	drawn bool
+}
+
+func (t *ttyStderr) Write(b []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.clearLocked()
+	return t.w.Write(b)
+}
+
+// draw replaces the drawn line (if any) with line.
+func (t *ttyStderr) draw(line string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	fmt.Fprintf(t.w, "\r%s\x1b[K", line)
+	t.drawn = true
+}
+
+// clear erases the drawn line, if there is one.
+func (t *ttyStderr) clear() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.clearLocked()
+}
+
+func (t *ttyStderr) clearLocked() {
+	if t.drawn {
+		io.WriteString(t.w, "\r\x1b[K")
+		t.drawn = false
+	}
 }

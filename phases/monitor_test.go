@@ -155,3 +155,36 @@ func TestProgressNone(t *testing.T) {
 		t.Fatalf("progress printed:\n%s", res.Stderr)
 	}
 }
+
+// TestProgressTTYClearsForMessages: with a progress line redrawn in place,
+// a message printed during the Run (here a stall report) first erases the
+// drawn line, so it starts at the left margin on a line of its own
+// instead of after the progress figures; the line is drawn again after it.
+func TestProgressTTYClearsForMessages(t *testing.T) {
+	reg := phases.NewRegistry()
+	reg.Register(phases.Kind{Name: "sleepy", Family: "test", New: func() phases.Phase { return &sleepy{} }})
+	res := phasestest.Run(t, reg, "[plan]\ndrop_caches = \"none\"\nstall_after = \"300ms\"\n[[phase]]\nkind = \"sleepy\"\nsleep = \"1500ms\"\n",
+		phasestest.Progress(phases.ProgressTTY, 20*time.Millisecond))
+	if res.Outcome.Status != "passed" {
+		t.Fatalf("status %s\n%q", res.Outcome.Status, res.Stderr)
+	}
+	const clear = "\r\x1b[K"
+	at := strings.Index(res.Stderr, "prism: stall: rank 0")
+	if at < 0 {
+		t.Fatalf("no stall report: %q", res.Stderr)
+	}
+	before := res.Stderr[:at]
+	if !strings.Contains(before, "[1/1] sleepy:") {
+		t.Fatalf("no progress line drawn before the stall report (300 ms at 20 ms a line): %q", res.Stderr)
+	}
+	if !strings.HasSuffix(before, clear) {
+		t.Errorf("the stall report follows the drawn line without clearing it: %q", before[max(0, len(before)-120):])
+	}
+	after := res.Stderr[at:]
+	if !strings.Contains(after, "\r[1/1] sleepy:") {
+		t.Errorf("the progress line was not drawn again after the report: %q", after)
+	}
+	if !strings.HasSuffix(res.Stderr, clear) && !strings.Contains(res.Stderr[strings.LastIndex(res.Stderr, "\r[1/1] sleepy:"):], clear) {
+		t.Errorf("the last drawn line was not cleared at the end of the Run: %q", res.Stderr[max(0, len(res.Stderr)-200):])
+	}
+}
