@@ -5,7 +5,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -125,7 +124,7 @@ func whole(target, phaseDir string) string {
 	switch {
 	case target == "":
 		return "(file not named by the phase)"
-	case filepath.IsAbs(target):
+	case report.WholeTarget(target):
 		return target
 	}
 	return target + " (below " + phaseDir + ")"

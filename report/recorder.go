@@ -3,6 +3,7 @@ package report
 import (
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -216,12 +217,27 @@ func (r *Recorder) Snapshot(now time.Time) Live {
 		l.InFlight = now.Sub(epoch) - time.Duration(s-1)
 		if t := r.live.target.Load(); t != nil {
 			l.Target = *t
-			if u := r.live.under.Load(); u != nil && l.Target != "" && !filepath.IsAbs(l.Target) {
-				l.Target = filepath.Join(*u, l.Target)
+			if u := r.live.under.Load(); u != nil && l.Target != "" && !WholeTarget(l.Target) {
+				l.Target = joinTarget(*u, l.Target)
 			}
 		}
 	}
 	return l
+}
+
+// WholeTarget tells whether an op's target names its file or object by
+// itself: an absolute path, or a URL (s3://bucket/key).
+func WholeTarget(target string) bool {
+	return filepath.IsAbs(target) || strings.Contains(target, "://")
+}
+
+// joinTarget puts a relative target below dir, a directory path or a URL
+// prefix; filepath.Join would turn s3://b/p into s3:/b/p.
+func joinTarget(dir, target string) string {
+	if strings.Contains(dir, "://") {
+		return strings.TrimSuffix(dir, "/") + "/" + target
+	}
+	return filepath.Join(dir, target)
 }
 
 // Merge adds o's observations into r.

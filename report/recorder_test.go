@@ -243,3 +243,29 @@ func BenchmarkRecorderObserveNs(b *testing.B) {
 		r.ObserveNs(1000+int64(i&1023), 4096, nil)
 	}
 }
+
+// A live op's target is named whole: a relative one below the directory
+// or URL prefix the recorder is Under (a URL's "//" kept, which
+// filepath.Join would fold into "s3:/"), an absolute path or a URL as is.
+func TestSnapshotTargetWhole(t *testing.T) {
+	for _, c := range []struct{ under, target, want string }{
+		{"/run/01-x/r0", "files/f1", "/run/01-x/r0/files/f1"},
+		{"s3://bucket/run/ckpt", "model.safetensors", "s3://bucket/run/ckpt/model.safetensors"},
+		{"s3://bucket/run/ckpt/", "a/b", "s3://bucket/run/ckpt/a/b"},
+		{"/run/01-x/r0", "/elsewhere/f", "/elsewhere/f"},
+		{"s3://bucket/run", "s3://other/key", "s3://other/key"},
+		{"", "rel/f", "rel/f"},
+	} {
+		r := NewRecorder("op")
+		if c.under != "" {
+			r.Under(c.under)
+		}
+		target := c.target
+		start := r.BeginOn(&target)
+		got := r.Snapshot(start.Add(time.Millisecond)).Target
+		r.Observe(start, 0, nil)
+		if got != c.want {
+			t.Errorf("Under(%q), target %q: live target %q, want %q", c.under, c.target, got, c.want)
+		}
+	}
+}

@@ -9,14 +9,15 @@ import (
 	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
 )
 
-// Timer times one kind of request of an Upload or a RangeReader: Begin
-// when a request starts (it may be called from several goroutines at once,
+// Timer times one kind of request of an Upload or a RangeReader: BeginOn
+// (with the object's s3:// URL, which a stall report names) when a request
+// starts (it may be called from several goroutines at once,
 // so it must be safe for that: report.Recorder's only stores atomics), then
 // Observe with its start, the bytes it carried and its error. Observe is
 // called one request at a time (under the Upload's or RangeReader's lock),
 // so one report.Recorder may take the requests that run in parallel.
 type Timer interface {
-	Begin() time.Time
+	BeginOn(target *string) time.Time
 	Observe(start time.Time, n int, err error)
 }
 
@@ -43,6 +44,7 @@ type Upload struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	key    string
+	url    string // s3://bucket/key, the stall monitor's name for it
 	obs    UploadObservers
 	free   chan []byte
 	cur    []byte
@@ -70,7 +72,7 @@ func (c *Client) NewUpload(ctx context.Context, key string, bufs [][]byte, obs U
 				Message: fmt.Sprintf("part buffers of %d bytes: want equal buffers of at least %d (5 MiB)", cap(b), MinPartSize)}
 		}
 	}
-	u := &Upload{c: c, key: key, obs: obs, free: make(chan []byte, len(bufs))}
+	u := &Upload{c: c, key: key, url: c.objectURL(key), obs: obs, free: make(chan []byte, len(bufs))}
 	u.ctx, u.cancel = context.WithCancel(ctx)
 	for _, b := range bufs {
 		u.free <- b[:0]
@@ -96,11 +98,11 @@ func (u *Upload) fail(err error) {
 	u.mu.Unlock()
 }
 
-func begin(t Timer) time.Time {
+func begin(t Timer, url *string) time.Time {
 	if t == nil {
 		return time.Now()
 	}
-	return t.Begin()
+	return t.BeginOn(url)
 }
 
 func (u *Upload) observe(t Timer, start time.Time, n int, err error) {
@@ -149,7 +151,7 @@ func (u *Upload) Write(p []byte) (int, error) {
 // send starts the upload if needed and sends the current part.
 func (u *Upload) send() error {
 	if u.id == "" {
-		start := begin(u.obs.Create)
+		start := begin(u.obs.Create, &u.url)
 		id, err := u.c.CreateMultipart(u.ctx, u.key)
 		u.observe(u.obs.Create, start, 0, err)
 		if err != nil {
@@ -178,7 +180,7 @@ func (u *Upload) send() error {
 	u.wg.Add(1)
 	go func() {
 		defer u.wg.Done()
-		start := begin(u.obs.Part)
+		start := begin(u.obs.Part, &u.url)
 		p, err := u.c.UploadPart(u.ctx, u.key, u.id, number, body)
 		u.observe(u.obs.Part, start, len(body), err)
 		u.free <- body[:0]
@@ -210,7 +212,7 @@ func (u *Upload) Close() error {
 		if u.cur != nil {
 			body = u.cur
 		}
-		start := begin(u.obs.Put)
+		start := begin(u.obs.Put, &u.url)
 		err := u.c.Put(u.ctx, u.key, body)
 		u.observe(u.obs.Put, start, len(body), err)
 		u.release()
@@ -225,7 +227,7 @@ func (u *Upload) Close() error {
 	if err := u.failed(); err != nil {
 		return u.abort(err)
 	}
-	start := begin(u.obs.Complete)
+	start := begin(u.obs.Complete, &u.url)
 	_, err := u.c.CompleteMultipart(u.ctx, u.key, u.id, u.parts)
 	u.observe(u.obs.Complete, start, 0, err)
 	if err != nil {
@@ -283,6 +285,7 @@ func (u *Upload) release() {
 type RangeReader struct {
 	c           *Client
 	key         string
+	url         string // s3://bucket/key
 	size        int64
 	win         []byte
 	winOff      int64
@@ -296,7 +299,7 @@ type RangeReader struct {
 // caller's buffer, the part size) and at most concurrency GETs at once;
 // obs (optional) times each GET.
 func (c *Client) NewRangeReader(key string, size int64, win []byte, concurrency int, obs Timer) *RangeReader {
-	return &RangeReader{c: c, key: key, size: size, win: win[:cap(win)], winOff: -1, concurrency: max(concurrency, 1), obs: obs}
+	return &RangeReader{c: c, key: key, url: c.objectURL(key), size: size, win: win[:cap(win)], winOff: -1, concurrency: max(concurrency, 1), obs: obs}
 }
 
 // Size is the object's size.
@@ -325,7 +328,7 @@ func (r *RangeReader) ReadAt(ctx context.Context, b []byte, off int64) (int, err
 			return done, err
 		}
 		n := int(min(int64(len(r.win)), r.size-at))
-		start := begin(r.obs)
+		start := begin(r.obs, &r.url)
 		got, err := r.c.GetRange(ctx, r.key, at, int64(n), r.win)
 		r.observe(start, got, err)
 		if err != nil {
@@ -353,7 +356,7 @@ func (r *RangeReader) fetch(ctx context.Context, b []byte, off int64) (int, erro
 	if chunks == 1 || r.concurrency == 1 {
 		for i := 0; i < len(b); i += step {
 			n := min(step, len(b)-i)
-			start := begin(r.obs)
+			start := begin(r.obs, &r.url)
 			got, err := r.c.GetRange(ctx, r.key, off+int64(i), int64(n), b[i:i+n])
 			r.observe(start, got, err)
 			if err != nil {
@@ -383,7 +386,7 @@ func (r *RangeReader) fetch(ctx context.Context, b []byte, off int64) (int, erro
 				}
 				lo := i * step
 				n := min(step, len(b)-lo)
-				start := begin(r.obs)
+				start := begin(r.obs, &r.url)
 				got, err := r.c.GetRange(ctx, r.key, off+int64(lo), int64(n), b[lo:lo+n])
 				r.observe(start, got, err)
 				if err != nil {
@@ -451,3 +454,6 @@ func (c *Client) ListUploads(ctx context.Context, prefix string) ([]string, erro
 		keyMarker, idMarker = out.NextKeyMarker, out.NextUploadIdMarker
 	}
 }
+
+// objectURL is key's s3:// URL, as stall reports and errors name objects.
+func (c *Client) objectURL(key string) string { return "s3://" + c.bucket + "/" + key }

@@ -12,14 +12,26 @@ import (
 	ps3 "github.com/prism-hpc/prism/io/s3"
 )
 
-// counter is a Timer that counts; Observe runs under the caller's lock,
-// Begin may not.
+// counter is a Timer that counts, and keeps the last target it was given;
+// Observe runs under the caller's lock, BeginOn may not.
 type counter struct {
 	begun    atomic.Int64
+	target   atomic.Pointer[string]
 	n, bytes int
 }
 
-func (c *counter) Begin() time.Time { c.begun.Add(1); return time.Now() }
+func (c *counter) BeginOn(target *string) time.Time {
+	c.begun.Add(1)
+	c.target.Store(target)
+	return time.Now()
+}
+
+// names tells whether every request c timed named url (what a stall
+// report would print).
+func (c *counter) names(url string) bool {
+	p := c.target.Load()
+	return p != nil && *p == url
+}
 func (c *counter) Observe(_ time.Time, n int, _ error) {
 	c.n++
 	c.bytes += n
@@ -65,6 +77,9 @@ func TestUploadAndRangeReader(t *testing.T) {
 	if part_.n != 4 || complete.n != 1 || put.n != 0 || part_.bytes != len(body) || part_.begun.Load() != 4 {
 		t.Errorf("%d parts (%d begun) of %d bytes, %d completes, %d puts; want 4 parts of %d, 1 complete", part_.n, part_.begun.Load(), part_.bytes, complete.n, put.n, len(body))
 	}
+	if !part_.names("s3://prism-test/big") || !complete.names("s3://prism-test/big") {
+		t.Errorf("the upload's requests are not timed on the object's URL: part %v, complete %v", part_.target.Load(), complete.target.Load())
+	}
 	get := &counter{}
 	r := c.NewRangeReader("big", int64(len(body)), make([]byte, part), 3, get)
 	for _, rg := range [][2]int64{{0, 4096}, {100, 4096}, {part - 10, 20}, {4096, part * 2}, {int64(len(body)) - 5, 100}} {
@@ -79,8 +94,8 @@ func TestUploadAndRangeReader(t *testing.T) {
 		}
 	}
 	// window fill, (inside), fill across, 2 parts direct, fill at the end
-	if get.n != 5 || get.begun.Load() != 5 {
-		t.Errorf("%d GETs (%d begun), want 5", get.n, get.begun.Load())
+	if get.n != 5 || get.begun.Load() != 5 || !get.names("s3://prism-test/big") {
+		t.Errorf("%d GETs (%d begun) on %v, want 5 on s3://prism-test/big", get.n, get.begun.Load(), get.target.Load())
 	}
 	// A read inside the window is a copy: no request, no allocation.
 	hit := make([]byte, 4)
@@ -92,8 +107,8 @@ func TestUploadAndRangeReader(t *testing.T) {
 		t.Fatal(err)
 	}
 	small.Write([]byte("tiny"))
-	if err := small.Close(); err != nil || put.n != 1 {
-		t.Errorf("small object: %v, %d puts", err, put.n)
+	if err := small.Close(); err != nil || put.n != 1 || !put.names("s3://prism-test/small") {
+		t.Errorf("small object: %v, %d puts on %v", err, put.n, put.target.Load())
 	}
 	noUploadsLeft(t, c)
 }
