@@ -938,6 +938,9 @@ func (e *engine) runPhase(ctx context.Context, c spmd.Comm, s *Spec, sweep bool)
 		WorldRank: e.comm.Rank(), Index: s.Index, spec: s, Run: e.run, Rel: dirName, Workdir: e.wd,
 		RunID: e.runID, Storage: e.o.Plan.Header.StorageOptions,
 	}
+	if e.o.Progress != ProgressNone {
+		env.ProgressEvery = e.progressEvery()
+	}
 	env.RankDir = filepath.Join(env.Dir, fmt.Sprintf("r%d", env.Rank))
 	res := &report.PhaseResult{
 		Index: s.Index, Name: s.Name, Kind: s.Kind, Ranks: c.Size(), StartedAt: e.o.Now(),

@@ -229,7 +229,7 @@ func (e *engine) startProgress(env *Env, t0 time.Time) *progress {
 	p := &progress{e: e, env: env, started: t0, finished: make(chan struct{}), quit: make(chan struct{}),
 		tag: fmt.Sprintf("%d.%d.%d.progress", env.Index, env.Size, env.Iteration), label: e.instance(env.spec) + " " + env.Name}
 	env.mu.Lock()
-	env.merged = [2]int64{}
+	env.merged, env.outside = [2]int64{}, [2]int64{}
 	env.mu.Unlock()
 	every := e.progressEvery()
 	p.wg.Add(1)
@@ -281,7 +281,7 @@ func (p *progress) sample(now time.Time, done bool) [spmd.ReportWords]int64 {
 	var v [spmd.ReportWords]int64
 	p.env.mu.Lock()
 	defer p.env.mu.Unlock()
-	v[repOps], v[repBytes] = p.env.merged[0], p.env.merged[1]
+	v[repOps], v[repBytes] = p.env.merged[0]+p.env.outside[0], p.env.merged[1]+p.env.outside[1]
 	for _, s := range append([]*report.Set{p.env.set}, p.env.extra...) {
 		for _, l := range s.Snapshot(now) {
 			v[repOps] += l.Done

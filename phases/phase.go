@@ -223,6 +223,10 @@ type Env struct {
 	Storage StorageOptions
 	// Cache is the cache policy that takes effect for this phase.
 	Cache CacheMode
+	// ProgressEvery is how often live progress samples the Run; 0 when
+	// progress is off. A phase that feeds LiveOutside needs no fresher
+	// totals than that.
+	ProgressEvery time.Duration
 	// Log receives warnings (stderr); phases never write to stdout.
 	Log io.Writer
 	// State is shared by the phases of one run on this rank, so a load
@@ -240,10 +244,13 @@ type Env struct {
 	// the Run started: a merged set's live counters stay behind in it, and
 	// progress must not see the Run's ops fall (monitor.go).
 	merged [2]int64
-	side   *report.Set // recorders of untimed ops (Untimed), watched, never reported
-	stalls int64
-	stuck  bool         // an op was abandoned past op_timeout
-	idle   atomic.Int64 // ns of this iteration's Run spent idle (Idle)
+	// outside are the running totals of ops another process does for the
+	// Run (LiveOutside): fio's, which prism's recorders see only at its end.
+	outside [2]int64
+	side    *report.Set // recorders of untimed ops (Untimed), watched, never reported
+	stalls  int64
+	stuck   bool         // an op was abandoned past op_timeout
+	idle    atomic.Int64 // ns of this iteration's Run spent idle (Idle)
 }
 
 // Idle tells the engine that the Run spent d on purpose doing nothing
@@ -251,6 +258,17 @@ type Env struct {
 // pause): the iteration's wall time, and so the phase's rates, leave it
 // out. The longest idle of any rank is taken off the iteration's wall.
 func (e *Env) Idle(d time.Duration) { e.idle.Add(int64(d)) }
+
+// LiveOutside sets the running totals (ops, bytes) of the Run's ops that
+// happen outside prism's recorders, in another process (fio, whose
+// results are recorded when it exits), for live progress to add to the
+// recorders'. Set them back to 0, 0 before recording those ops, so that
+// progress does not count them twice.
+func (e *Env) LiveOutside(ops, bytes int64) {
+	e.mu.Lock()
+	e.outside = [2]int64{ops, bytes}
+	e.mu.Unlock()
+}
 
 // NewSet returns a recorder set for one worker goroutine (iodepth > 1,
 // several jobs). The stall watchdog and progress printer see it while the

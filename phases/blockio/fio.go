@@ -1,11 +1,13 @@
 package blockio
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"os/exec"
@@ -147,7 +149,6 @@ type fioPhase struct {
 	cfg     fioConfig
 	pin     *pio.Dir // <rank dir>/fio, fio's working directory
 	dir     string   // fio's working directory, below the rank's
-	out     string   // json+ output of the timed run
 	created bool
 	ioBytes int64 // fio's own io_bytes of the last run
 	// fio's own rates (bw_bytes, iops; per direction and in all) summed
@@ -167,7 +168,11 @@ func (p *fioPhase) Config() any { return &p.cfg }
 // directory points inside the rank's directory and lat_percentiles makes
 // json+ carry total-latency bins (submission + completion).
 func (p *fioPhase) args(out string, extra ...string) []string {
-	a := []string{"--output-format=json+", "--output=" + filepath.Base(out), "--eta=never", "--directory=.", "--lat_percentiles=1"}
+	output := "--output=" + filepath.Base(out)
+	if out == "" {
+		output = "--output=" + fioOutputFD // exec's pipe
+	}
+	a := []string{"--output-format=json+", output, "--eta=never", "--directory=.", "--lat_percentiles=1"}
 	a = append(a, extra...)
 	if p.cfg.jobAbs != "" {
 		return append(a, p.cfg.jobAbs)
@@ -198,21 +203,27 @@ func (p *fioPhase) Setup(ctx context.Context, env *phases.Env) error {
 	// relative to it: a run directory renamed or swapped for a link above
 	// it cannot send fio's I/O elsewhere.
 	p.pin, p.dir = d, d.ProcPath()
-	p.out = filepath.Join(p.dir, "fio-output.json")
 	p.created = true
 	if !p.cfg.Layout {
 		return nil
 	}
 	layout := filepath.Join(p.dir, "fio-layout.json")
-	if err := p.exec(ctx, env, p.args(layout, "--create_only=1")); err != nil {
+	if err := p.exec(ctx, env, p.args(layout, "--create_only=1"), nil); err != nil {
 		return env.Errorf("setup: laying out fio's files: %w", err)
 	}
 	return nil
 }
 
+// fioOutputFD is where fio writes its JSON in a timed run: a pipe to
+// prism (exec's objs), so that nothing but the job's own I/O touches the
+// storage under test, and progress can read fio's periodic status.
+const fioOutputFD = "/dev/fd/3"
+
 // exec runs fio, stopping it with SIGTERM (it then writes what it has and
-// exits) when ctx is cancelled, and killing it if it lingers.
-func (p *fioPhase) exec(ctx context.Context, env *phases.Env, args []string) error {
+// exits) when ctx is cancelled, and killing it if it lingers. With objs
+// set, fio's output is a pipe on its fd 3 (args name fioOutputFD) and objs
+// gets each JSON object fio writes to it, as it writes it.
+func (p *fioPhase) exec(ctx context.Context, env *phases.Env, args []string, objs func([]byte)) error {
 	cmd := phases.Command(ctx, p.dir, p.cfg.binPath, args...)
 	var tail fioTail
 	cmd.Stdout, cmd.Stderr = &tail, &tail
@@ -224,7 +235,44 @@ func (p *fioPhase) exec(ctx context.Context, env *phases.Env, args []string) err
 		return err
 	}
 	cmd.WaitDelay = fioStopGrace + phases.CommandWaitDelay
-	err := cmd.Run()
+	var read chan error
+	var pr *os.File
+	if objs != nil {
+		var pw *os.File
+		var err error
+		if pr, pw, err = os.Pipe(); err != nil {
+			return fmt.Errorf("fio's output pipe: %w", err)
+		}
+		defer pr.Close()
+		cmd.ExtraFiles = []*os.File{pw}
+		if err := cmd.Start(); err != nil {
+			pw.Close()
+			return fmt.Errorf("%s: %w", p.cfg.binPath, err)
+		}
+		pw.Close() // fio (and its job processes) hold the write end now
+		read = make(chan error, 1)
+		go func() { read <- readFioObjects(pr, objs) }()
+	} else if err := cmd.Start(); err != nil {
+		return fmt.Errorf("%s: %w", p.cfg.binPath, err)
+	}
+	err := cmd.Wait()
+	if read != nil {
+		// fio has exited; the pipe ends once its last job process has too.
+		// Bounded: a process of the group that kept the pipe open is not
+		// waited for past the grace.
+		select {
+		case rerr := <-read:
+			if err == nil && rerr != nil {
+				err = fmt.Errorf("reading its output: %w", rerr)
+			}
+		case <-time.After(phases.CommandWaitDelay):
+			pr.Close()
+			<-read
+			if err == nil {
+				err = errors.New("its output pipe stayed open after it exited")
+			}
+		}
+	}
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
@@ -232,6 +280,85 @@ func (p *fioPhase) exec(ctx context.Context, env *phases.Env, args []string) err
 		return fmt.Errorf("%s %s: %v: %s", p.cfg.binPath, strings.Join(args, " "), err, strings.TrimSpace(tail.String()))
 	}
 	return nil
+}
+
+// readFioObjects calls each with every top-level JSON object in r, as fio
+// writes them (with --status-interval, one per interval, then the final
+// one). Text between objects (fio's notes) is skipped, and so is an object
+// cut short by such text: objects start with '{' at the start of a line.
+func readFioObjects(r io.Reader, each func([]byte)) error {
+	br := bufio.NewReaderSize(r, 64<<10)
+	skip := false // past the line of an object that did not parse
+	for {
+		// To the next line that starts an object.
+		for {
+			c, err := br.Peek(1)
+			if err == io.EOF {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			if c[0] == '{' && !skip {
+				break
+			}
+			skip = false
+			if _, err := br.ReadSlice('\n'); err != nil && err != bufio.ErrBufferFull {
+				if err == io.EOF {
+					return nil
+				}
+				return err
+			}
+		}
+		dec := json.NewDecoder(br)
+		for {
+			var raw json.RawMessage
+			if err := dec.Decode(&raw); err != nil {
+				if err == io.EOF {
+					return nil
+				}
+				var syn *json.SyntaxError
+				if !errors.As(err, &syn) && err != io.ErrUnexpectedEOF {
+					return err
+				}
+				// Not an object (or one cut short): go on after its first
+				// line (Buffered starts at the value that failed).
+				br = bufio.NewReaderSize(io.MultiReader(dec.Buffered(), br), 64<<10)
+				skip = true
+				break
+			}
+			if len(raw) > 0 && raw[0] == '{' {
+				each(raw)
+			}
+		}
+	}
+}
+
+// fioTotals is what progress needs of one fio status object: the ops and
+// bytes of every job so far.
+func fioTotals(obj []byte) (ops, bytes int64, ok bool) {
+	type counts struct {
+		IOBytes  int64 `json:"io_bytes"`
+		TotalIOs int64 `json:"total_ios"`
+	}
+	var st struct {
+		Jobs []struct {
+			Read  counts `json:"read"`
+			Write counts `json:"write"`
+			Trim  counts `json:"trim"`
+			Sync  counts `json:"sync"`
+		} `json:"jobs"`
+	}
+	if json.Unmarshal(obj, &st) != nil {
+		return 0, 0, false
+	}
+	for _, j := range st.Jobs {
+		for _, d := range []counts{j.Read, j.Write, j.Trim, j.Sync} {
+			ops += max(d.TotalIOs, 0)
+			bytes += max(d.IOBytes, 0)
+		}
+	}
+	return ops, bytes, true
 }
 
 // Run runs fio once and ingests its result. The timed window includes
@@ -242,19 +369,31 @@ func (p *fioPhase) Run(ctx context.Context, env *phases.Env) error {
 	if env.Iteration == 0 {
 		p.bw, p.iops, p.opBW, p.opIOPS, p.runs = 0, 0, [3]float64{}, [3]float64{}, 0
 	}
-	_ = os.Remove(p.out)
-	if err := p.exec(ctx, env, p.args(p.out)); err != nil {
+	var extra []string
+	if env.ProgressEvery > 0 {
+		// fio's own status, as often as progress looks (whole seconds).
+		extra = append(extra, "--status-interval="+strconv.Itoa(max(1, int(math.Ceil(env.ProgressEvery.Seconds())))))
+	}
+	var last []byte
+	err := p.exec(ctx, env, p.args("", extra...), func(obj []byte) {
+		last = obj
+		if ops, bytes, ok := fioTotals(obj); ok && env.ProgressEvery > 0 {
+			env.LiveOutside(ops, bytes)
+		}
+	})
+	// The recorders take fio's ops now: progress must not count them twice.
+	env.LiveOutside(0, 0)
+	if err != nil {
 		return env.Errorf("%w", err)
 	}
-	b, err := os.ReadFile(p.out)
-	if err != nil {
-		return env.Errorf("read fio output: %w", err)
+	if last == nil {
+		return env.Errorf("fio output: no JSON object found")
 	}
-	rep, err := ParseFioJSON(b)
+	rep, err := ParseFioJSON(last)
 	if err != nil {
-		return env.Errorf("%s: %w", p.out, err)
+		return env.Errorf("%w", err)
 	}
-	p.raw = b
+	p.raw = last
 	return p.ingest(env, rep)
 }
 

@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"github.com/prism-hpc/prism/phases"
@@ -324,5 +327,73 @@ layout = false
 	}
 	if ph.Bytes != 4<<20 || ph.OpsByType["write"].Ops != 1024 || ph.Latency.P50 <= 0 {
 		t.Errorf("bytes %d, write ops %d, p50 %d", ph.Bytes, ph.OpsByType["write"].Ops, ph.Latency.P50)
+	}
+}
+
+// readFioObjects hands over every whole top-level object fio wrote, in
+// order, however the pipe splits them: text before and between objects
+// is skipped, and so is an object cut short by text.
+func TestReadFioObjects(t *testing.T) {
+	in := "fio: note: both iodepth >= 1 and synchronous I/O engine\n" +
+		"{\n  \"jobs\" : [ {\"read\" : {\"total_ios\" : 1}} ]\n}\n" +
+		"{\n  \"jobs\" : [ {\"read\" : \n" + // cut short by a note
+		"fio: pid=12, err=5/file:io_u.c:1889, func=io_u error\n" +
+		"{\n  \"jobs\" : [ {\"read\" : {\"total_ios\" : 3}} ],\n  \"x\" : \"{\"\n}\n" +
+		"fio: trailing words\n"
+	for name, r := range map[string]io.Reader{"whole": strings.NewReader(in), "byte by byte": iotest.OneByteReader(strings.NewReader(in))} {
+		var got []int64
+		err := readFioObjects(r, func(obj []byte) {
+			ops, _, ok := fioTotals(obj)
+			if !ok {
+				t.Errorf("%s: handed a non-object %q", name, obj)
+			}
+			got = append(got, ops)
+		})
+		if err != nil || len(got) != 2 || got[0] != 1 || got[1] != 3 {
+			t.Errorf("%s: objects with %v ops (%v), want [1 3]", name, got, err)
+		}
+	}
+}
+
+// TestFioLiveProgress: with progress on, fio reports its status every
+// interval (--status-interval) on prism's pipe, and progress shows fio's
+// ops while fio runs (not 0 until it exits); the last line counts them
+// once, as the manifest does.
+func TestFioLiveProgress(t *testing.T) {
+	needFio(t)
+	res := phasestest.Run(t, registry(), `
+[plan]
+drop_caches = "none"
+[[phase]]
+kind = "fio"
+name = "live"
+options = ["rw=randread", "bs=4k", "size=4m", "ioengine=psync", "time_based", "runtime=4"]
+`, phasestest.Workdir(bioDiskDir(t)), phasestest.Progress(phases.ProgressLine, time.Second))
+	ph := res.Phase(t, "live")
+	if ph.Status != "passed" {
+		t.Fatalf("status %s: %s", ph.Status, ph.Error)
+	}
+	var during []int64
+	var last string
+	for _, l := range strings.Split(res.Stderr, "\n") {
+		if !strings.HasPrefix(l, "[1/1] live:") {
+			continue
+		}
+		if strings.HasPrefix(l, "[1/1] live: done") {
+			last = l
+			continue
+		}
+		var el string
+		var ops int64
+		if _, err := fmt.Sscanf(l, "[1/1] live: %s %d ops", &el, &ops); err != nil {
+			t.Fatalf("line %q: %v", l, err)
+		}
+		during = append(during, ops)
+	}
+	if len(during) == 0 || slices.Max(during) == 0 {
+		t.Fatalf("no progress line counted fio's ops while it ran (%v):\n%s", during, res.Stderr)
+	}
+	if want := fmt.Sprintf("[1/1] live: done, %d ops", ph.Ops); !strings.HasPrefix(last, want) {
+		t.Errorf("last line %q, want it to start %q (the manifest's ops, counted once)", last, want)
 	}
 }
