@@ -43,8 +43,16 @@ type fioConfig struct {
 	Layout  bool       `toml:"layout" doc:"create fio's files in Setup (fio --create_only=1) so the timed run does not include laying them out"`
 
 	binPath string // resolved by Validate
-	jobAbs  string
+	// job is the job file as Validate read and checked it. fio is given
+	// this copy, written in its working directory, never job_file
+	// itself: whoever can write job_file (or a FIFO there, which answers
+	// each open differently) would otherwise swap in exec_prerun between
+	// the check and fio's own read.
+	job []byte
 }
+
+// fioJobName is the checked copy of job_file in fio's working directory.
+const fioJobName = "prism-job.fio"
 
 // FioOptions are fio job options, "name=value" or a bare "name", in the
 // order fio will see them (it matters: engine options such as
@@ -128,7 +136,7 @@ func (c *fioConfig) Validate() error {
 		if err := checkFioJobFile(b); err != nil {
 			return &phases.KeyError{Key: "job_file", Msg: fmt.Sprintf("%s: %v", c.JobFile, err)}
 		}
-		c.jobAbs = abs
+		c.job = b
 	}
 	if c.Binary == "" {
 		c.Binary = "fio"
@@ -174,8 +182,8 @@ func (p *fioPhase) args(out string, extra ...string) []string {
 	}
 	a := []string{"--output-format=json+", output, "--eta=never", "--directory=.", "--lat_percentiles=1"}
 	a = append(a, extra...)
-	if p.cfg.jobAbs != "" {
-		return append(a, p.cfg.jobAbs)
+	if p.cfg.job != nil {
+		return append(a, fioJobName)
 	}
 	named := false
 	for _, o := range p.cfg.Options {
@@ -204,6 +212,16 @@ func (p *fioPhase) Setup(ctx context.Context, env *phases.Env) error {
 	// it cannot send fio's I/O elsewhere.
 	p.pin, p.dir = d, d.ProcPath()
 	p.created = true
+	if p.cfg.job != nil {
+		// A previous iteration's copy is replaced: WriteFile never
+		// writes through what is already there.
+		if err := d.Unlink(pio.MustName(fioJobName)); err != nil && err != unix.ENOENT {
+			return env.Errorf("setup: %w", d.Wrap("unlink", pio.MustName(fioJobName), err))
+		}
+		if err := d.WriteFile(fioJobName, p.cfg.job, 0o644); err != nil {
+			return env.Errorf("setup: %w", err)
+		}
+	}
 	if !p.cfg.Layout {
 		return nil
 	}

@@ -179,12 +179,22 @@ func checkFioPath(p string) error {
 	return nil
 }
 
+// fioMaxLine bounds a job file's lines. fio reads a job file with
+// fgets into an 8 KiB buffer (OPT_LEN_MAX), so it parses the rest of a
+// longer line as a line of its own: "description=<8 KiB of padding>
+// exec_prerun=..." is one harmless option here and two for fio. Half
+// fio's buffer leaves room for a '\r' and for a fio built with less.
+const fioMaxLine = 4095
+
 // checkFioJobFile applies checkFioOption to every option line of an ini
 // style job file, and checkFioName to every section ([job]) name.
 func checkFioJobFile(b []byte) error {
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for n := 1; sc.Scan(); n++ {
+		if len(sc.Bytes()) > fioMaxLine {
+			return fmt.Errorf("line %d: %d bytes, more than the %d prism accepts: fio splits a long line and parses the rest as another option", n, len(sc.Bytes()), fioMaxLine)
+		}
 		line := strings.TrimSpace(sc.Text())
 		switch {
 		case line == "" || line[0] == '#' || line[0] == ';':

@@ -1,6 +1,7 @@
 package blockio
 
 import (
+	"context"
 	"errors"
 	"os"
 	"os/exec"
@@ -9,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/prism-hpc/prism/phases"
+	"github.com/prism-hpc/prism/phases/phasestest"
 )
 
 // Every way found to make fio touch what prism did not create is refused
@@ -78,5 +80,64 @@ func TestFioNameBypassIsReal(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(root, "victim.txt")); err != nil {
 		t.Fatalf("fio did not write outside its directory (%v): then the check guards against nothing", err)
+	}
+}
+
+// fio reads a job file line with fgets into 8 KiB and parses the rest of
+// a longer line as a line of its own, so a padded description hid an
+// exec_prerun that ran as root. Such lines are refused; fio itself shows
+// the split is real.
+func TestFioJobFileLongLine(t *testing.T) {
+	needFio(t)
+	dir := t.TempDir()
+	pwned := filepath.Join(dir, "pwned")
+	pad := "description=" + strings.Repeat("A", 8191-len("description="))
+	job := filepath.Join(dir, "long.fio")
+	os.WriteFile(job, []byte("[j]\nrw=read\nbs=4k\nsize=64k\nioengine=psync\n"+pad+"exec_prerun=touch "+pwned+"\n"), 0o644)
+	_, err := phases.DecodePlan(registry(), "f.toml", []byte("[[phase]]\nkind = \"fio\"\njob_file = \""+job+"\"\n"))
+	var pe *phases.PlanError
+	if !errors.As(err, &pe) || !strings.Contains(err.Error(), "line 6") || !strings.Contains(err.Error(), "parses the rest as another option") {
+		t.Fatalf("%v; want a plan error naming line 6 as too long", err)
+	}
+	work := filepath.Join(dir, "work")
+	os.Mkdir(work, 0o755)
+	cmd := exec.Command("fio", job)
+	cmd.Dir = work
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Skipf("fio refused the job itself: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(pwned); err != nil {
+		t.Fatalf("fio did not run the hidden exec_prerun (%v): then the check guards against nothing", err)
+	}
+}
+
+// fio reads the job file prism checked, not whatever job_file holds by
+// the time fio starts: rewritten after the check to run a program, the
+// phase still runs the checked job and the program never runs.
+func TestFioJobFileSwappedAfterCheck(t *testing.T) {
+	needFio(t)
+	dir := t.TempDir()
+	pwned := filepath.Join(dir, "pwned")
+	job := filepath.Join(dir, "job.fio")
+	const checked = "[j]\nrw=write\nbs=4k\nsize=64k\nioengine=psync\n"
+	os.WriteFile(job, []byte(checked), 0o644)
+	p := &fioPhase{cfg: fioConfig{Binary: "fio", JobFile: job}}
+	if err := p.cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(job, []byte(checked+"exec_prerun=touch "+pwned+"\n"), 0o644)
+	env := phasestest.EnvIn(t, "fio", bioDiskDir(t))
+	if err := p.Setup(context.Background(), env); err != nil {
+		t.Fatal(err)
+	}
+	defer p.Teardown(context.Background(), env)
+	if err := p.Run(context.Background(), env); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(pwned); err == nil {
+		t.Fatal("fio ran the exec_prerun written into job_file after prism checked it")
+	}
+	if p.ioBytes != 64<<10 {
+		t.Fatalf("fio moved %d bytes, want the checked job's 64KiB", p.ioBytes)
 	}
 }
