@@ -94,7 +94,7 @@ type mlpPlan struct {
 }
 
 func loadMLPPlan(path string) (*mlpPlan, error) {
-	b, err := os.ReadFile(path)
+	b, err := pio.ReadInput(path, pio.MaxInput, pio.InputTimeout)
 	if err != nil {
 		return nil, usageErrorf("mlperf: %v", err)
 	}
@@ -153,7 +153,7 @@ func (p *mlpPlan) write(path, name string, ps []map[string]any) error {
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(path, b, 0o644)
+	return report.WriteFileAtomic(path, b)
 }
 
 func str(m map[string]any, k, def string) string {
@@ -469,8 +469,9 @@ func runMLPerf(ctx context.Context, o mlperfOptions, stdout, stderr io.Writer) e
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	planCopy, _ := os.ReadFile(o.plan)
-	os.WriteFile(filepath.Join(dir, "plan.toml"), planCopy, 0o644)
+	if planCopy, err := pio.ReadInput(o.plan, pio.MaxInput, pio.InputTimeout); err == nil {
+		report.WriteFileAtomic(filepath.Join(dir, "plan.toml"), planCopy)
+	}
 	sum := &mlpSummary{Benchmark: o.bench, Model: model, Command: command, Mode: mode, Datetime: stamp, Deviations: devs, Notes: notes, Plan: o.plan, Passed: true}
 	for _, n := range notes {
 		fmt.Fprintf(stderr, "prism mlperf: %s\n", n)
@@ -525,7 +526,7 @@ func runMLPerf(ctx context.Context, o mlperfOptions, stdout, stderr io.Writer) e
 			sum.Passed = sum.Passed && r.Passed
 			sum.Runs = append(sum.Runs, r)
 			b, _ := json.MarshalIndent(r, "", "  ")
-			os.WriteFile(filepath.Join(st.Dir, "summary.json"), append(b, '\n'), 0o644)
+			report.WriteFileAtomic(filepath.Join(st.Dir, "summary.json"), append(b, '\n'))
 		}
 	}
 	figs := trainFigures
@@ -684,13 +685,13 @@ func execStep(ctx context.Context, o mlperfOptions, st mlpStep, stderr io.Writer
 
 func writeSummary(dir string, s *mlpSummary) error {
 	b, _ := json.MarshalIndent(s, "", "  ")
-	if err := os.WriteFile(filepath.Join(dir, "summary.json"), append(b, '\n'), 0o644); err != nil {
+	if err := report.WriteFileAtomic(filepath.Join(dir, "summary.json"), append(b, '\n')); err != nil {
 		return err
 	}
 	meta := map[string]any{"benchmark": s.Benchmark, "model": s.Model, "command": s.Command, "mode": s.Mode, "datetime": s.Datetime,
 		"prism_version": fullVersion(), "plan": s.Plan, "deviations": s.Deviations, "steps": s.Steps}
 	b, _ = json.MarshalIndent(meta, "", "  ")
-	return os.WriteFile(filepath.Join(dir, "metadata.json"), append(b, '\n'), 0o644)
+	return report.WriteFileAtomic(filepath.Join(dir, "metadata.json"), append(b, '\n'))
 }
 
 func printSummary(w io.Writer, s *mlpSummary, dir string) {
@@ -734,7 +735,7 @@ func cmdMLPerfReport(args []string, stdout, stderr io.Writer) error {
 		if d.IsDir() || d.Name() != "summary.json" {
 			return nil
 		}
-		b, err := os.ReadFile(path)
+		b, err := report.ReadResultFile(path)
 		if err != nil {
 			return err
 		}
@@ -756,7 +757,7 @@ func cmdMLPerfReport(args []string, stdout, stderr io.Writer) error {
 		return a.Benchmark+a.Model+a.Datetime < b.Benchmark+b.Model+b.Datetime
 	})
 	b, _ := json.MarshalIndent(sums, "", "  ")
-	if err := os.WriteFile(filepath.Join(root, "results.json"), append(b, '\n'), 0o644); err != nil {
+	if err := report.WriteFileAtomic(filepath.Join(root, "results.json"), append(b, '\n')); err != nil {
 		return err
 	}
 	var buf bytes.Buffer
@@ -775,12 +776,14 @@ func cmdMLPerfReport(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	cw.Flush()
-	if err := os.WriteFile(filepath.Join(root, "results.csv"), buf.Bytes(), 0o644); err != nil {
+	if err := report.WriteFileAtomic(filepath.Join(root, "results.csv"), buf.Bytes()); err != nil {
 		return err
 	}
 	sd := filepath.Join(root, "system-description.yaml")
-	if _, err := os.Stat(sd); os.IsNotExist(err) {
-		if err := os.WriteFile(sd, []byte(systemTemplate), 0o644); err != nil {
+	// Lstat: a link there, even one to nothing, is something to keep,
+	// not a name to create the template through.
+	if _, err := os.Lstat(sd); os.IsNotExist(err) {
+		if err := report.WriteFileAtomic(sd, []byte(systemTemplate)); err != nil {
 			return err
 		}
 	}

@@ -98,6 +98,10 @@ func TestHostileInputs(t *testing.T) {
 		{"a nesting bomb", []string{"check", bomb}, "nest deeper than"},
 		{"plan name ..", []string{"check", dots}, "plan.name"},
 		{"model_config /dev/zero", []string{"check", cfg}, "model_config"},
+		// /dev/zero exhausted memory and a FIFO blocked forever: a
+		// manifest is refused unless it is a regular file.
+		{"/dev/null as a manifest", []string{"report", "/dev/null"}, "not a regular file"},
+		{"/dev/null as a manifest to compare", []string{"compare", "/dev/null", "/dev/null"}, "not a regular file"},
 	}
 	if os.Geteuid() == 0 {
 		// /proc/kmsg reads block (root only): the deadline must fire.
@@ -358,4 +362,43 @@ func processesWith(s string) []string {
 		out = append(out, e.Name()+": "+strings.ReplaceAll(string(b), "\x00", " "))
 	}
 	return out
+}
+
+// prism mlperf report writes into a results tree others may write: a
+// symbolic link or a hard link planted at results.json or results.csv is
+// replaced, not written through (root truncated the file it named), and
+// a link to nothing at system-description.yaml is kept, not followed to
+// create the template where it points.
+func TestMLPerfReportReplacesLinks(t *testing.T) {
+	dir := t.TempDir()
+	res := filepath.Join(dir, "results")
+	os.MkdirAll(filepath.Join(res, "proc1"), 0o755)
+	os.WriteFile(filepath.Join(res, "proc1", "summary.json"), []byte(`{"benchmark":"training","model":"unet3d","datetime":"x","passed":true}`), 0o644)
+	canary := filepath.Join(dir, "canary")
+	os.WriteFile(canary, []byte("precious\n"), 0o600)
+	absent := filepath.Join(dir, "absent")
+	if err := os.Symlink(canary, filepath.Join(res, "results.json")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Link(canary, filepath.Join(res, "results.csv")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(absent, filepath.Join(res, "system-description.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	r := prism(t, dir, "mlperf", "report", res)
+	if r.code != 0 || !strings.Contains(r.stdout, "1 procedures") {
+		t.Fatalf("exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if b, _ := os.ReadFile(canary); string(b) != "precious\n" {
+		t.Errorf("the linked file now holds %q", b)
+	}
+	if _, err := os.Lstat(absent); err == nil {
+		t.Error("the template was created through the dangling link")
+	}
+	for _, name := range []string{"results.json", "results.csv"} {
+		if st, err := os.Lstat(filepath.Join(res, name)); err != nil || !st.Mode().IsRegular() {
+			t.Errorf("%s: %v, want a regular file of its own", name, err)
+		}
+	}
 }

@@ -4,9 +4,11 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	hdr "github.com/HdrHistogram/hdrhistogram-go"
@@ -368,11 +370,37 @@ func WriteManifest(path string, m *Manifest) error {
 // ReadManifest loads a manifest written by WriteManifest, checking the
 // schema version so a newer file is not misread.
 func ReadManifest(path string) (*Manifest, error) {
-	b, err := os.ReadFile(path)
+	b, err := ReadResultFile(path)
 	if err != nil {
 		return nil, err
 	}
 	return ParseManifest(path, b)
+}
+
+// ReadResultFile reads a file prism wrote (a manifest, a summary), which
+// is a regular file: anything else is refused before a byte is read, as
+// /dev/zero would exhaust memory and a FIFO or /proc/kmsg would block
+// forever. It reads the size fstat gave, so a /proc file (size 0) reads
+// as empty instead of blocking.
+func ReadResultFile(path string) ([]byte, error) {
+	// O_NONBLOCK: opening a FIFO without a writer would block.
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s: not a regular file (%s): prism reads only the files it wrote", path, st.Mode().Type())
+	}
+	b := make([]byte, st.Size())
+	if _, err := io.ReadFull(f, b); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return b, nil
 }
 
 // ParseManifest decodes manifest JSON; name is used in messages.
