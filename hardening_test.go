@@ -402,3 +402,28 @@ func TestMLPerfReportReplacesLinks(t *testing.T) {
 		}
 	}
 }
+
+// A shared results tree: a link planted at <results>/<plan name> sent
+// root's results directory and every result file wherever it pointed.
+// The plan-name directory is opened without following a link, so the
+// run stops before any phase (exit 1) and nothing appears there.
+func TestResultsPlanDirLinkRefused(t *testing.T) {
+	dir := t.TempDir()
+	work := filepath.Join(dir, "work")
+	res := filepath.Join(dir, "results")
+	victim := filepath.Join(dir, "victim")
+	for _, d := range []string{work, res, victim} {
+		os.Mkdir(d, 0o755)
+	}
+	if err := os.Symlink(victim, filepath.Join(res, "linked")); err != nil {
+		t.Fatal(err)
+	}
+	plan := writePlan(t, dir, "[plan]\nname = \"linked\"\n[[phase]]\nkind = \"create_files\"\ncount = 5\n")
+	r := prism(t, dir, "run", "--workdir", work, "--results", res, plan)
+	if r.code != 1 || !strings.Contains(r.stderr, "results directory") {
+		t.Fatalf("exit %d\n%s%s; want 1 naming the results directory", r.code, r.stdout, r.stderr)
+	}
+	if ents, _ := os.ReadDir(victim); len(ents) != 0 {
+		t.Fatalf("%d entries created through the link in %s", len(ents), victim)
+	}
+}

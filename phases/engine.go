@@ -109,6 +109,8 @@ type engine struct {
 	// resultsDir is <results>/<plan name>/<run id>, made and test-written
 	// by rank 0 before the first phase.
 	resultsDir string
+	// resultsPin is resultsDir, open: result files are written through it.
+	resultsPin *pio.Dir
 	state      map[string]any
 	subs       map[int]spmd.Comm
 	// nodeSubs are the communicators of node selections (the ranks of the
@@ -181,6 +183,11 @@ func (e *engine) execute(ctx context.Context) (*Outcome, error) {
 	var resErr error
 	if e.rank0() {
 		resErr = e.prepareResults()
+		defer func() {
+			if e.resultsPin != nil {
+				e.resultsPin.Close()
+			}
+		}()
 	}
 	if err := e.agree(e.comm, resErr, "prepare the results directory"); err != nil {
 		e.cleanup(ctx)

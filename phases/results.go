@@ -14,6 +14,7 @@ import (
 
 	pio "github.com/prism-hpc/prism/io"
 	"github.com/prism-hpc/prism/report"
+	"golang.org/x/sys/unix"
 )
 
 // Results: what rank 0 writes once the plan ran (manifest.json, summary.txt
@@ -22,21 +23,62 @@ import (
 // metrics, resolved parameters, the plan record).
 
 // prepareResults makes the run's results directory and proves it
-// writable with a probe file, before the first phase runs.
+// writable with a probe file, before the first phase runs. The results
+// tree may be shared (a group's results directory), so only the user's
+// own path is followed: <plan name> is opened without following a link
+// and <run id> is made fresh below it and kept open (resultsPin). Every
+// result file is written through that descriptor, so a <plan name> or
+// <run id> swapped for a link during the run cannot send root's files
+// elsewhere; messages still name the path.
 func (e *engine) prepareResults() error {
 	results := firstNonEmpty(e.o.Results, e.o.Plan.Header.Results, "results")
 	e.resultsDir = filepath.Join(results, e.o.Plan.Header.Name, e.runID)
-	if err := os.MkdirAll(e.resultsDir, 0o755); err != nil {
-		return fmt.Errorf("results directory: %w", pio.NewOpError("mkdir", e.resultsDir, err))
+	if err := os.MkdirAll(results, 0o755); err != nil {
+		return fmt.Errorf("results directory: %w", pio.NewOpError("mkdir", results, err))
 	}
-	probe := filepath.Join(e.resultsDir, ".prism-write-test")
+	root, err := pio.OpenDir(results)
+	if err != nil {
+		return fmt.Errorf("results directory: %w", err)
+	}
+	defer root.Close()
+	plan := filepath.Join(results, e.o.Plan.Header.Name)
+	pn, err := pio.NewName(e.o.Plan.Header.Name)
+	if err != nil {
+		return fmt.Errorf("results directory %s: %w", plan, err)
+	}
+	if err := root.Mkdir(pn, 0o755); err != nil && err != unix.EEXIST {
+		return fmt.Errorf("results directory: %w", pio.NewOpError("mkdir", plan, err))
+	}
+	// Not OpenSub: <plan name> may be a colleague's from an earlier run;
+	// what matters is that it is no link, and that <run id> is ours.
+	fd, err := unix.Openat(root.Fd(), e.o.Plan.Header.Name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("results directory: %w", pio.NewOpError("open", plan, err))
+	}
+	pd, err := pio.OpenDir("/proc/self/fd/" + strconv.Itoa(fd))
+	unix.Close(fd)
+	if err != nil {
+		return fmt.Errorf("results directory: %w", pio.NewOpError("open", plan, err))
+	}
+	defer pd.Close()
+	e.resultsPin, err = pd.MakeSub(e.runID, 0o755)
+	if err != nil {
+		return fmt.Errorf("results directory: %w", err)
+	}
+	probe := e.resultFile(".prism-write-test")
 	if err := report.WriteFileAtomic(probe, []byte(e.runID+"\n")); err != nil {
 		return fmt.Errorf("results directory %s is not writable: %w", e.resultsDir, err)
 	}
 	if err := os.Remove(probe); err != nil {
-		return fmt.Errorf("results directory: %w", pio.NewOpError("remove", probe, err))
+		return fmt.Errorf("results directory: %w", pio.NewOpError("remove", filepath.Join(e.resultsDir, ".prism-write-test"), err))
 	}
 	return nil
+}
+
+// resultFile is where the result file name is written: through the open
+// results directory, not its path.
+func (e *engine) resultFile(name string) string {
+	return filepath.Join(e.resultsPin.ProcPath(), name)
 }
 
 // writeResults writes every result file of the run under
@@ -66,7 +108,7 @@ func (e *engine) writeResults(m *report.Manifest, out *Outcome) error {
 	// run), the summary and the manifest's JSON go to stdout instead, so a
 	// run of hours is not lost; no "manifest:" line names a file that does
 	// not exist.
-	if err := report.WriteManifest(filepath.Join(dir, "manifest.json"), m); err != nil {
+	if err := report.WriteManifest(e.resultFile("manifest.json"), m); err != nil {
 		var sb strings.Builder
 		report.WriteSummaryWith(&sb, m, report.SummaryOptions{Wide: e.o.Wide})
 		b, _ := json.MarshalIndent(m, "", "  ")
@@ -83,7 +125,7 @@ func (e *engine) writeResults(m *report.Manifest, out *Outcome) error {
 			sb.WriteString(line + "\n")
 		}
 	}
-	if err := report.WriteFileAtomic(filepath.Join(dir, "summary.txt"), []byte(sb.String())); err != nil {
+	if err := report.WriteFileAtomic(e.resultFile("summary.txt"), []byte(sb.String())); err != nil {
 		return err
 	}
 	// Other tools' own outputs (fio's JSON) go beside the manifest.
@@ -102,7 +144,7 @@ func (e *engine) writeResults(m *report.Manifest, out *Outcome) error {
 			if !isSafeName(name) {
 				return fmt.Errorf("phase %s: result file name %q is not one path component", s.Name, name)
 			}
-			if err := report.WriteFileAtomic(filepath.Join(dir, name), files[name]); err != nil {
+			if err := report.WriteFileAtomic(e.resultFile(name), files[name]); err != nil {
 				return err
 			}
 		}
@@ -111,7 +153,7 @@ func (e *engine) writeResults(m *report.Manifest, out *Outcome) error {
 	if err := report.WriteJUnit(&junit, m); err != nil {
 		return err
 	}
-	if err := report.WriteFileAtomic(filepath.Join(dir, "junit.xml"), junit.Bytes()); err != nil {
+	if err := report.WriteFileAtomic(e.resultFile("junit.xml"), junit.Bytes()); err != nil {
 		return err
 	}
 	// The phase and per-op tables as CSV, for spreadsheets and chart tools.
@@ -123,7 +165,7 @@ func (e *engine) writeResults(m *report.Manifest, out *Outcome) error {
 		if err := f.write(&b, m); err != nil {
 			return err
 		}
-		if err := report.WriteFileAtomic(filepath.Join(dir, f.name), b.Bytes()); err != nil {
+		if err := report.WriteFileAtomic(e.resultFile(f.name), b.Bytes()); err != nil {
 			return err
 		}
 	}
@@ -131,7 +173,7 @@ func (e *engine) writeResults(m *report.Manifest, out *Outcome) error {
 	if err := report.WriteHTML(&page, []*report.Manifest{m}); err != nil {
 		return err
 	}
-	if err := report.WriteFileAtomic(filepath.Join(dir, "report.html"), page.Bytes()); err != nil {
+	if err := report.WriteFileAtomic(e.resultFile("report.html"), page.Bytes()); err != nil {
 		return err
 	}
 	out.ReportPath = filepath.Join(dir, "report.html")
