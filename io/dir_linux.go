@@ -217,6 +217,10 @@ func owns(fd int, uid uint32) bool {
 	return euid == 0 && uid == 65534 && unix.Fstatfs(fd, &sf) == nil && sf.Type == unix.NFS_SUPER_MAGIC
 }
 
+// Owns is owns for callers outside this package that judge a directory
+// they opened by path (the rendezvous directory).
+func Owns(fd int, uid uint32) bool { return owns(fd, uid) }
+
 // isEmpty reads the directory fd from its start, and rewinds it.
 func isEmpty(fd int) (bool, error) {
 	var buf [4096]byte

@@ -36,6 +36,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	pio "github.com/prism-hpc/prism/io"
+	"golang.org/x/sys/unix"
 )
 
 // Environment variables that give a job its token.
@@ -139,12 +142,15 @@ func decodeClaim(b []byte) (jobClaim, error) {
 func (j *job) claimDir(cfg RendezvousConfig) (jobClaim, error) {
 	mine := jobClaim{token: cfg.Token, size: cfg.Size,
 		who: fmt.Sprintf("rank %d on %s, pid %d", cfg.Rank, cfg.Host, os.Getpid())}
-	if err := os.Mkdir(j.dir, 0o777); err == nil {
+	if err := os.Mkdir(j.dir, 0o755); err == nil {
 		mine.madeDir = true
 	} else if !errors.Is(err, fs.ErrExist) {
-		if err := os.MkdirAll(j.dir, 0o777); err != nil {
+		if err := os.MkdirAll(j.dir, 0o755); err != nil {
 			return jobClaim{}, err
 		}
+	}
+	if err := checkJobDir(j.dir); err != nil {
+		return jobClaim{}, err
 	}
 	tmp, err := writeTemp(j.dir, jobFile, mine.encode(), j.tmpTag())
 	if err != nil {
@@ -233,4 +239,30 @@ func (j *job) liveness(size int) string {
 	}
 	return fmt.Sprintf("no heartbeat of that job advanced within %v: it died without cleaning up, "+
 		"or has only just started", window)
+}
+
+// checkJobDir refuses a job directory another user could write in. Ranks
+// create, rename and remove files there by path, and remove trees
+// (os.RemoveAll) when a collective or the communicator is done: a link
+// planted there by someone else (say c -> a directory of theirs choosing)
+// made root create files there and then remove its "w" and numbered
+// subdirectories recursively. So the directory must be this user's (as
+// the workdir's run directories are) and writable by no one else.
+func checkJobDir(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return fmt.Errorf("rendezvous directory %s: %w", dir, err)
+	}
+	switch {
+	case !pio.Owns(int(f.Fd()), st.Uid):
+		return fmt.Errorf("rendezvous directory %s is owned by uid %d, not by this process's uid %d: another user could plant links there that ranks would follow; give the job a directory of its own", dir, st.Uid, os.Geteuid())
+	case st.Mode&0o022 != 0:
+		return fmt.Errorf("rendezvous directory %s is writable by group or others (mode %o): another user could plant links there that ranks would follow; chmod go-w it or give the job a directory of its own", dir, st.Mode&0o7777)
+	}
+	return nil
 }

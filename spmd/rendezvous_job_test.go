@@ -271,3 +271,33 @@ func TestJobToken(t *testing.T) {
 		t.Error("a token with a newline was accepted")
 	}
 }
+
+// A job directory another user can write in is refused before any file
+// is made there: ranks follow links there by path, and a link planted at
+// c (the communicators' directory) made root create files wherever it
+// pointed and then remove that place's "w" subtree.
+func TestRendezvousRefusesWritableDir(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "job")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(dir, 0o777)
+	_, err := NewRendezvous(context.Background(), RendezvousConfig{Dir: dir, Token: "t", Size: 1, Heartbeat: testHeartbeat, DeadAfter: testDeadAfter})
+	if err == nil || !strings.Contains(err.Error(), "writable by group or others") {
+		t.Fatalf("%v; want a refusal of the group-writable directory", err)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Errorf("files made in the refused directory: %v", ents)
+	}
+	if os.Geteuid() != 0 {
+		return
+	}
+	os.Chmod(dir, 0o755)
+	if err := os.Chown(dir, 12345, 12345); err != nil {
+		t.Fatal(err)
+	}
+	_, err = NewRendezvous(context.Background(), RendezvousConfig{Dir: dir, Token: "t", Size: 1, Heartbeat: testHeartbeat, DeadAfter: testDeadAfter})
+	if err == nil || !strings.Contains(err.Error(), "owned by uid 12345") {
+		t.Fatalf("%v; want a refusal of the directory another user owns", err)
+	}
+}

@@ -564,7 +564,9 @@ func writeTemp(dir, name string, data []byte, tag string) (string, error) {
 	tmp := filepath.Join(dir, "."+name+".tmp."+tag)
 	err := os.WriteFile(tmp, data, 0o666)
 	if errors.Is(err, fs.ErrNotExist) {
-		if err = os.MkdirAll(dir, 0o777); err == nil {
+		// 0755, not 0777 less a umask of 002: a group member must not
+		// be able to plant links below the job directory.
+		if err = os.MkdirAll(dir, 0o755); err == nil {
 			err = os.WriteFile(tmp, data, 0o666)
 		}
 	}
