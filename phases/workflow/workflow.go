@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/klauspost/compress/gzip"
@@ -1222,11 +1223,19 @@ func (x *wfExtractor) extract(ctx context.Context, archive, target string) error
 	x.linkRaw = map[string]string{}
 	x.deps = map[string]map[string]bool{}
 	x.files, x.hardlinks, x.links, x.dirs, x.bytes = 0, 0, 0, 0, 0
-	f, err := os.Open(archive)
+	// Setup found a regular file, but the archive is the user's and may
+	// have been swapped since: O_NONBLOCK so that a FIFO does not block
+	// the open, and what was opened is judged again.
+	f, err := os.OpenFile(archive, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
+	if st, err := f.Stat(); err != nil {
+		return err
+	} else if !st.Mode().IsRegular() {
+		return fmt.Errorf("%s is no longer a regular file (%s)", archive, st.Mode().Type())
+	}
 	tr, _, err := wfOpenArchive(f, x.br, x.gz, x.zd)
 	if err != nil {
 		return err

@@ -602,3 +602,24 @@ func TestTarSource(t *testing.T) {
 		t.Fatalf("the source changed: %v", after)
 	}
 }
+
+// The archive is the user's: swapped after Setup found a regular file,
+// for a FIFO (whose open would block) or a device, it is judged again on
+// the descriptor extract reads and refused.
+func TestUntarArchiveSwappedAfterSetup(t *testing.T) {
+	dir := t.TempDir()
+	archive := filepath.Join(dir, "a.tar")
+	if err := os.Symlink("/dev/null", archive); err != nil {
+		t.Fatal(err)
+	}
+	target := filepath.Join(dir, "out")
+	os.Mkdir(target, 0o755)
+	var x wfExtractor
+	if err := x.prepare(report.NewRecorder("extract_file")); err != nil {
+		t.Fatal(err)
+	}
+	err := x.extract(context.Background(), archive, target)
+	if err == nil || !strings.Contains(err.Error(), "no longer a regular file") {
+		t.Fatalf("%v; want the device refused", err)
+	}
+}
