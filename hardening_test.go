@@ -420,8 +420,8 @@ func TestResultsPlanDirLinkRefused(t *testing.T) {
 	}
 	plan := writePlan(t, dir, "[plan]\nname = \"linked\"\n[[phase]]\nkind = \"create_files\"\ncount = 5\n")
 	r := prism(t, dir, "run", "--workdir", work, "--results", res, plan)
-	if r.code != 1 || !strings.Contains(r.stderr, "results directory") {
-		t.Fatalf("exit %d\n%s%s; want 1 naming the results directory", r.code, r.stdout, r.stderr)
+	if r.code != 1 || !strings.Contains(r.stderr, "is a symbolic link") {
+		t.Fatalf("exit %d\n%s%s; want 1 naming the link", r.code, r.stdout, r.stderr)
 	}
 	if ents, _ := os.ReadDir(victim); len(ents) != 0 {
 		t.Fatalf("%d entries created through the link in %s", len(ents), victim)

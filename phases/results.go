@@ -53,6 +53,10 @@ func (e *engine) prepareResults() error {
 	// what matters is that it is no link, and that <run id> is ours.
 	fd, err := unix.Openat(root.Fd(), e.o.Plan.Header.Name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
+		if st, lerr := os.Lstat(plan); lerr == nil && st.Mode()&os.ModeSymlink != 0 {
+			target, _ := os.Readlink(plan)
+			return fmt.Errorf("results directory: %s is a symbolic link (to %s): prism does not follow links below the results directory, which others may write; remove it or choose another results directory", plan, target)
+		}
 		return fmt.Errorf("results directory: %w", pio.NewOpError("open", plan, err))
 	}
 	pd, err := pio.OpenDir("/proc/self/fd/" + strconv.Itoa(fd))
