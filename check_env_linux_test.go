@@ -126,7 +126,8 @@ p99 = "2ms"
 
 // TestCheckMemory: a plan whose phase needs more memory per rank than
 // [plan] max_memory makes prism check exit 1 naming the phase and the
-// keys to lower, and prism run refuses the same plan before it runs.
+// keys to lower, and prism run refuses the same plan before it runs; a
+// fio phase is weighed by fio's buffers.
 func TestCheckMemory(t *testing.T) {
 	dir := t.TempDir()
 	plan := writePlan(t, dir, "[plan]\nname = \"mem\"\ndrop_caches = \"none\"\nmax_memory = \"8MiB\"\n[[phase]]\nkind = \"create_files\"\ncount = 10\n")
@@ -137,6 +138,11 @@ func TestCheckMemory(t *testing.T) {
 	run := prism(t, dir, "run", plan, "--workdir", dir, "--results", filepath.Join(dir, "res"))
 	if run.code == 0 || !strings.Contains(run.stderr, "max_memory") {
 		t.Errorf("run of the plan check refused: exit %d\n%s", run.code, run.stderr)
+	}
+	// fio's own buffers count too: 64 jobs x depth 1024 x 1 GiB is 64 TiB.
+	fio := writePlan(t, dir, "[plan]\nname = \"mem\"\ndrop_caches = \"none\"\nmax_memory = \"1GiB\"\n[[phase]]\nkind = \"fio\"\noptions = [\"rw=read\", \"bs=1g\", \"iodepth=1024\", \"numjobs=64\", \"size=1g\"]\n")
+	if r := prism(t, dir, "check", fio, "--workdir", dir); r.code != 1 || !strings.Contains(r.stderr, "phase 1 (fio) needs about") || !strings.Contains(r.stderr, "numjobs") {
+		t.Errorf("check of a fio job of 64 TiB of buffers: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
 	ok := writePlan(t, dir, "[plan]\nname = \"mem\"\ndrop_caches = \"none\"\nmax_memory = \"1GiB\"\n[[phase]]\nkind = \"create_files\"\ncount = 10\n")
 	if r := prism(t, dir, "check", ok, "--workdir", dir); r.code != 0 {
