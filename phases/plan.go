@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/BurntSushi/toml"
 
@@ -230,8 +231,29 @@ func (e *PlanError) Error() string {
 	if e.Key != "" {
 		fmt.Fprintf(&b, "%s: ", e.Key)
 	}
-	b.WriteString(e.Msg)
+	b.WriteString(clipMessage(e.Msg))
 	return b.String()
+}
+
+// maxMessage bounds a plan error's message: a message quotes the value it
+// refuses, and a 15 MB plan name would otherwise be printed whole.
+const maxMessage = 4096
+
+// clipMessage keeps the start and the end of an over-long message (the
+// end usually says what to do), and says how much it left out.
+func clipMessage(m string) string {
+	if len(m) <= maxMessage {
+		return m
+	}
+	head, tail := maxMessage/2, maxMessage/4
+	for head > 0 && !utf8.RuneStart(m[head]) {
+		head--
+	}
+	cut := len(m) - tail
+	for cut < len(m) && !utf8.RuneStart(m[cut]) {
+		cut++
+	}
+	return fmt.Sprintf("%s … (%d bytes left out) … %s", m[:head], cut-head, m[cut:])
 }
 
 // Cache policies a plan can ask for.

@@ -53,6 +53,9 @@ func TestPlanErrors(t *testing.T) {
 		{"kb_base not a number", "[plan]\nkb_base = \"1000\"\n[[phase]]\nkind = \"create_files\"\n", []string{"bad.toml:2:1", "plan.kb_base", "integer"}},
 		{"bad size in a list", "[[phase]]\nkind = \"create_dataset\"\nsizes = [\"4KiB\", \"4XB\"]\n", []string{"bad.toml:3:1", "sizes", "element 2", "bad size"}},
 		{"bad plan name", "[plan]\nname = \"../x\"\n[[phase]]\nkind = \"create_files\"\n", []string{"bad.toml:2:1", "plan.name"}},
+		// A huge value is quoted clipped: the start, how much is left out,
+		// and the end with what to do (the test below bounds the length).
+		{"huge plan name", "[plan]\nname = \"" + strings.Repeat("x/", 1<<19) + "\"\n[[phase]]\nkind = \"create_files\"\n", []string{"bad.toml:2:1", "plan.name", "bytes left out", "use letters, digits"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -66,8 +69,11 @@ func TestPlanErrors(t *testing.T) {
 			}
 			for _, w := range tc.want {
 				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error %q does not mention %q", err, w)
+					t.Errorf("error %.300q does not mention %q", err, w)
 				}
+			}
+			if n := len(err.Error()); n > 5000 {
+				t.Errorf("a %d-byte error: messages quote values clipped", n)
 			}
 		})
 	}
