@@ -42,6 +42,7 @@
 #   COUNT      files of the md cells (default 5000)
 #   IOR_SIZE   bytes of the ior cells (default 256m)
 #   PYTHON     the Python of the peers (default /usr/bin/python3)
+#   CELLS      which cells to run (default "tar untar md5 list md ior")
 #   SAMPLES    file to append the raw samples to (cell side round value unit)
 set -euo pipefail
 
@@ -186,6 +187,7 @@ plan md <<EOF
 [[phase]]
 kind = "create_files"
 count = $COUNT
+size = 0 # mdtest's default (-w 0): empty files
 $iters
 
 [[phase]]
@@ -279,9 +281,12 @@ q_ior() {
 	done
 }
 
-cells=(tar untar md5 list)
-[[ -n ${MDTEST:-} ]] && cells+=(md)
-[[ -n ${IOR:-} ]] && cells+=(ior)
+read -r -a cells <<<"${CELLS:-tar untar md5 list md ior}"
+for c in "${cells[@]}"; do
+	declare -F "p_$c" >/dev/null || { echo "workflow.sh: unknown cell $c in CELLS (tar untar md5 list md ior)" >&2; exit 1; }
+done
+[[ -n ${MDTEST:-} ]] || mapfile -t cells < <(printf '%s\n' "${cells[@]}" | grep -vx md)
+[[ -n ${IOR:-} ]] || mapfile -t cells < <(printf '%s\n' "${cells[@]}" | grep -vx ior)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 echo "prism workflow bench: $("$PRISM_BIN" version 2>/dev/null | head -n1 || echo prism)"
@@ -307,8 +312,8 @@ done
 
 # The warm-up round's samples go.
 awk -F'\t' '$3 != 0' "$samples" >"$work/kept.tsv"
-[[ -n ${MDTEST:-} ]] || printf 'md create\tskip\tset MDTEST=/path (build from hpc/ior)\nmd stat\tskip\tset MDTEST=/path (build from hpc/ior)\nmd unlink\tskip\tset MDTEST=/path (build from hpc/ior)\n' >>"$work/kept.tsv"
-[[ -n ${IOR:-} ]] || printf 'ior write\tskip\tset IOR=/path (build from hpc/ior)\nior read\tskip\tset IOR=/path (build from hpc/ior)\n' >>"$work/kept.tsv"
+[[ -n ${MDTEST:-} || " ${CELLS:-md} " != *" md "* ]] || printf 'md create\tskip\tset MDTEST=/path (build from hpc/ior)\nmd stat\tskip\tset MDTEST=/path (build from hpc/ior)\nmd unlink\tskip\tset MDTEST=/path (build from hpc/ior)\n' >>"$work/kept.tsv"
+[[ -n ${IOR:-} || " ${CELLS:-ior} " != *" ior "* ]] || printf 'ior write\tskip\tset IOR=/path (build from hpc/ior)\nior read\tskip\tset IOR=/path (build from hpc/ior)\n' >>"$work/kept.tsv"
 [[ -z ${SAMPLES:-} ]] || cat "$work/kept.tsv" >>"$SAMPLES"
 echo
 "$PYTHON" "$here/paired.py" "$work/kept.tsv" \
