@@ -9,7 +9,8 @@ sample / median peer sample within the round), with a 90% bootstrap
 interval that resamples rounds: how far the verdict could move with other
 rounds.
 
-As a module: paired_ratios() and interval() (metadata.sh imports them).
+As a module: paired_ratios(), interval() and fmt_interval() (metadata.sh
+and checkpoint.sh import them).
 As a script: paired.py SAMPLES.tsv [TITLE] prints one table. SAMPLES has
 one sample per line, tab-separated: cell, side, round, value, unit, where
 value is a rate (higher is better) and side "prism" is compared against
@@ -40,8 +41,8 @@ def interval(ratios, n=2000, low_rounds=4):
     return ms[n // 20], ms[n - 1 - n // 20]
 
 
-def fmt_interval(iv):
-    return f"[{iv[0]:.2f}-{iv[1]:.2f}]" if iv else "-"
+def fmt_interval(iv, digits=2):
+    return f"[{iv[0]:.{digits}f}-{iv[1]:.{digits}f}]" if iv else "-"
 
 
 def fmt_rate(x):
