@@ -48,7 +48,9 @@ fuzz:
 	.ci/fuzz.sh $(FUZZTIME)
 
 # gofloor is metadata.sh's third side: floor.c's loop as a bare Go program.
-# Installs its peers first (boto3, fsspec); the S3 cells need VersityGW,
+# Installs its peers first (boto3, fsspec); workflow.sh's mdtest and IOR
+# cells run when MDTEST and IOR name those binaries (built from hpc/ior,
+# not packaged); the S3 cells need VersityGW,
 # built from the module proxy like make test-go does.
 bench: build
 	@.ci/deps.sh --bench
@@ -59,6 +61,7 @@ bench: build
 	PRISM_BIN=$(abspath $(BIN)) ./phases/bench/checkpoint.sh
 	PRISM_BIN=$(abspath $(BIN)) ./phases/bench/blockio.sh
 	PRISM_BIN=$(abspath $(BIN)) ./phases/bench/progress.sh
+	PRISM_BIN=$(abspath $(BIN)) ./phases/bench/workflow.sh
 	$(GO) test -count=1 -timeout 12m -run '^TestBinary$$' ./io/s3/s3test
 	$(GO) run ./io/s3/bench
 

@@ -29,7 +29,9 @@ command -v ip     >/dev/null || need+=(iproute2)
 command -v sshfs  >/dev/null || need+=(sshfs)
 [ -x /usr/sbin/sshd ]        || need+=(openssh-server)
 # make bench's peers (.ci/deps.sh --bench): boto3 for the S3 client
-# comparison, fsspec for the interface comparison; make test needs neither.
+# comparison, fsspec for the interface and list+stat comparisons
+# (workflow.sh, which also needs GNU tar and md5sum, both essential in
+# Debian); make test needs neither.
 if [ "${1:-}" = --bench ]; then
   /usr/bin/python3 -c 'import boto3' 2>/dev/null || need+=(python3-boto3)
   /usr/bin/python3 -c 'import fsspec' 2>/dev/null || need+=(python3-fsspec)

@@ -176,8 +176,10 @@ for ((r = 0; r < ROUNDS; r++)); do
 	echo "round $((r + 1))/$ROUNDS done" >&2
 done
 
-"$PYTHON" - "$samples" "$TARGET" "${STRICT:-0}" <<'PY'
-import random, statistics, sys
+"$PYTHON" - "$samples" "$TARGET" "${STRICT:-0}" "$here" <<'PY'
+import statistics, sys
+sys.path.insert(0, sys.argv[4])
+from paired import fmt_interval, interval, paired_ratios
 target, strict = float(sys.argv[2]), sys.argv[3] == "1"
 s, size = {}, {}
 for line in open(sys.argv[1]):
@@ -185,12 +187,6 @@ for line in open(sys.argv[1]):
     s.setdefault((who, side, int(r)), []).append(float(w))
     if int(b):
         size[side] = int(b)
-def interval(ratios, n=2000):
-    if len(ratios) < 4:
-        return "-"
-    rng = random.Random(1)
-    ms = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(n))
-    return f"[{ms[n // 20]:.3f}-{ms[n - 1 - n // 20]:.3f}]"
 print()
 print("wall seconds per save: median over all measured saves [min-max]; paired = median over rounds")
 print("of (prism median / torch median) within the round, with its 90% bootstrap interval over rounds")
@@ -202,12 +198,13 @@ for side, what in (("ddp", "torch.save"), ("dcp", "DCP save")):
     t = [w for r in rounds for w in s.get(("torch", side, r), [])]
     if not p or not t:
         continue
-    ratios = [statistics.median(s[("prism", side, r)]) / statistics.median(s[("torch", side, r)]) for r in rounds]
+    by_round = lambda who: {r: s[(who, side, r)] for r in rounds if (who, side, r) in s}
+    ratios = paired_ratios(by_round("prism"), by_round("torch"))
     pr = statistics.median(ratios)
     cell = lambda v: f"{statistics.median(v):7.3f} [{min(v):.3f}-{max(v):.3f}]"
     flag = "" if pr <= target else f"  > {target}"
     above += pr > target
-    print(f"{side:<5} {size.get(side, 0) / 1e6:5.0f}  {cell(p):<22} {cell(t):<22} {pr:6.3f} {interval(ratios):<15} {' '.join(f'{x:.2f}' for x in ratios)}{flag}  (vs {what})")
+    print(f"{side:<5} {size.get(side, 0) / 1e6:5.0f}  {cell(p):<22} {cell(t):<22} {pr:6.3f} {fmt_interval(interval(ratios), 3):<15} {' '.join(f'{x:.2f}' for x in ratios)}{flag}  (vs {what})")
 if above:
     print(f"\n{above} paired ratio(s) above the {target} target: prism slower than the framework")
     if strict:

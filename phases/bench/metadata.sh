@@ -193,9 +193,11 @@ for ((r = 0; r < ROUNDS; r++)); do
 done
 
 [[ -z ${SAMPLES:-} ]] || cat "$samples" >>"$SAMPLES"
-python3 - "$samples" "$TARGET" "${STRICT:-0}" "$fsnote" <<'PY'
-import random, statistics, sys
+python3 - "$samples" "$TARGET" "${STRICT:-0}" "$fsnote" "$here" <<'PY'
+import statistics, sys
 from collections import defaultdict
+sys.path.insert(0, sys.argv[5])
+from paired import fmt_interval, interval, paired_ratios
 path, target, strict = sys.argv[1], float(sys.argv[2]), sys.argv[3] == "1"
 s = defaultdict(list)
 rounds = defaultdict(list)
@@ -206,18 +208,9 @@ for line in open(path):
 def cell(v):
     return f"{statistics.median(v):8.0f} [{min(v):.0f}-{max(v):.0f}]"
 def paired(op, n, a="prism", b="floor"):
-    rs = sorted({r for (_, o, k, r) in rounds if o == op and k == n})
-    ratios = [statistics.median(rounds[a, op, n, r]) / statistics.median(rounds[b, op, n, r])
-              for r in rs if rounds.get((a, op, n, r)) and rounds.get((b, op, n, r))]
+    by_round = lambda side: {r: v for (sd, o, k, r), v in rounds.items() if (sd, o, k) == (side, op, n)}
+    ratios = paired_ratios(by_round(a), by_round(b))
     return (statistics.median(ratios) if ratios else None), ratios
-def interval(ratios, n=2000):
-    # 90% bootstrap interval of the median of the per-round ratios,
-    # resampling rounds: how far the verdict could move with other rounds.
-    if len(ratios) < 4:
-        return "      -      "
-    rng = random.Random(1)
-    ms = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(n))
-    return f"[{ms[n // 20]:.2f}-{ms[n - 1 - n // 20]:.2f}]"
 def opt(x):
     return f"{x:6.3f}" if x is not None else f"{'-':>6}"
 print()
@@ -239,7 +232,7 @@ for op in ("create", "stat", "rename", "unlink"):
         best = max(p) / max(f)
         flag = "" if pr >= target else f"  < {target}"
         below += pr < target
-        print(f"{op:<7} {n:>5}  {cell(p):<26} {cell(f):<26} {ratio:6.3f} {pr:6.3f} {interval(each):<11} {best:6.3f} {opt(gf)} {opt(pg)}  {' '.join(f'{x:.2f}' for x in each)}{flag}")
+        print(f"{op:<7} {n:>5}  {cell(p):<26} {cell(f):<26} {ratio:6.3f} {pr:6.3f} {fmt_interval(interval(each)):<11} {best:6.3f} {opt(gf)} {opt(pg)}  {' '.join(f'{x:.2f}' for x in each)}{flag}")
 if sys.argv[4] and any(op == "create" for _, op, _ in s):
     print(f"\nnote: {sys.argv[4]}")
 if below:

@@ -9,23 +9,43 @@
 # through (ext4 keeps freed inodes out of reuse for minutes). BENCH_FS=dir
 # uses BENCH_DIR's filesystem itself. tmpfs and ramfs are refused: there is
 # no storage under test there. TOOL names the script in errors.
+#
+# bench_renew replaces scratch (and its XFS) with a fresh one of the same
+# kind, keeping work: for benches that want an empty filesystem per round.
 work=""
 scratch=""
 mnt=""
 img=""
-bench_cleanup() {
+bench_args=()
+bench_drop_fs() {
 	[[ -n $scratch ]] && rm -rf -- "$scratch"
 	[[ -n $mnt ]] && { umount -- "$mnt" || umount -l -- "$mnt"; } 2>/dev/null
 	[[ -n $img ]] && rm -f -- "$img"
+	scratch="" mnt="" img=""
+	return 0
+}
+
+bench_cleanup() {
+	bench_drop_fs
 	[[ -n $work ]] && rm -rf -- "$work"
 	return 0
 }
 
 bench_scratch() {
-	local tool=$1 name=$2 size=$3 fstype
+	bench_args=("$@")
 	trap bench_cleanup EXIT
 	trap 'exit 130' INT TERM
-	work=$(mktemp -d "${TMPDIR:-/tmp}/$name-tools.XXXXXX")
+	work=$(mktemp -d "${TMPDIR:-/tmp}/$2-tools.XXXXXX")
+	bench_new_fs "$@"
+}
+
+bench_renew() {
+	bench_drop_fs
+	bench_new_fs "${bench_args[@]}"
+}
+
+bench_new_fs() {
+	local tool=$1 name=$2 size=$3 fstype
 	if [[ -z ${BENCH_FS:-} ]]; then
 		BENCH_FS=dir
 		[[ $(id -u) == 0 ]] && command -v mkfs.xfs >/dev/null && BENCH_FS=xfs
