@@ -18,6 +18,7 @@ func (r *Ring) Entries() int                   { return 0 }
 func (r *Ring) Get() *SQE                      { return nil }
 func (r *Ring) Enter(uint32) (int, error)      { return 0, ErrUnsupported }
 func (r *Ring) Peek() *CQE                     { return nil }
+func (r *Ring) Enters() int64                  { return 0 }
 func (r *Ring) Advance()                       {}
 func (r *Ring) RegisterBuffers([][]byte) error { return ErrUnsupported }
 func (r *Ring) RegisterFiles([]int) error      { return ErrUnsupported }

@@ -801,12 +801,13 @@ func (p *blockIO) Run(ctx context.Context, env *phases.Env) error {
 	}
 	wg.Wait()
 	p.ran = time.Since(start)
-	var issued, ramped, recorded int64
+	var issued, ramped, recorded, enters int64
 	var first *bioWorker
 	for _, job := range p.jobs {
 		for _, w := range job.workers {
 			env.Merge(w.set)
 			issued += w.issued
+			enters += w.enters
 			ramped += w.ramped
 			if w.err != nil && first == nil {
 				first = w
@@ -816,6 +817,9 @@ func (p *blockIO) Run(ctx context.Context, env *phases.Env) error {
 	_, recorded, _, _ = bioTotals(p.jobs)
 	env.SetMetric("ops_issued", float64(issued))
 	env.SetMetric("ramp_ops", float64(ramped))
+	if p.engine == engineURing {
+		env.SetMetric("io_uring_enters", float64(enters))
+	}
 	if p.cfg.RampTime > 0 {
 		if measured := p.ran - time.Duration(p.cfg.RampTime); measured > 0 {
 			env.SetMetric("bytes_per_sec_after_ramp", float64(recorded)/measured.Seconds())

@@ -685,8 +685,9 @@ func TestBlockIOFootprint(t *testing.T) {
 }
 
 // BenchmarkBlockIOLoop measures the per-op cost of the hot loop on a
-// page-cached file (tmpfs when /dev/shm is one): the CPU overhead that
-// the rand-4k-cached-qd1 case of phases/bench/blockio.sh compares with fio.
+// page-cached file (tmpfs when /dev/shm is one): the per-op CPU overhead,
+// which phases/bench/blockio.sh (disk cells only) cannot separate from the
+// disk's spread.
 func BenchmarkBlockIOLoop(b *testing.B) {
 	dir := b.TempDir()
 	if fs, err := pio.StatFS("/dev/shm"); err == nil && fs.Type == "tmpfs" {

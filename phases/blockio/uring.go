@@ -33,6 +33,7 @@ type uringState struct {
 	batch []int32 // slots prepared since the last io_uring_enter
 	// maxInflight is the most requests this worker had in flight at once.
 	maxInflight int
+	enters      int64 // io_uring_enter calls of the last Run
 	fixedPool   int64 // bytes per registered pool buffer (fixedbufs), 0 = not registered
 }
 
@@ -182,6 +183,8 @@ func (w *bioWorker) uringLoop(p *blockIO, t0 int64) {
 		return
 	}
 	w.maxInflight = 0
+	enters0 := r.Enters()
+	defer func() { w.enters = r.Enters() - enters0 }()
 	w.free = w.free[:0]
 	for i := depth - 1; i >= 0; i-- {
 		w.free = append(w.free, int32(i))
