@@ -24,6 +24,22 @@ const (
 	slack = 10 * time.Second
 )
 
+// quickDir is a fresh directory for a rendezvous whose live ranks must not
+// be taken for dead after testDeadAfter: in /dev/shm (tmpfs) where there
+// is one. A heartbeat is a file written and renamed every testHeartbeat;
+// on a disk that fsync-heavy tests share (make test runs packages side by
+// side), a journal commit can hold that rename past testDeadAfter, and a
+// live bystander would be named dead instead of the rank the test stopped.
+func quickDir(t *testing.T) string {
+	t.Helper()
+	d, err := os.MkdirTemp("/dev/shm", "prism-spmd-")
+	if err != nil {
+		return t.TempDir()
+	}
+	t.Cleanup(func() { os.RemoveAll(d) })
+	return d
+}
+
 // startRanks makes n in-process ranks of one job in a fresh directory,
 // each with a Rendezvous of its own, as n processes would.
 func startRanks(t *testing.T, n int, cfg RendezvousConfig) []*Rendezvous {
@@ -470,7 +486,7 @@ func TestRendezvousAbort(t *testing.T) {
 func TestRendezvousDeadPeer(t *testing.T) {
 	for _, dead := range []int{2, 0} {
 		t.Run(fmt.Sprint("dead=", dead), func(t *testing.T) {
-			ranks := startRanks(t, 3, RendezvousConfig{Heartbeat: testHeartbeat, DeadAfter: testDeadAfter})
+			ranks := startRanks(t, 3, RendezvousConfig{Dir: quickDir(t), Heartbeat: testHeartbeat, DeadAfter: testDeadAfter})
 			defer closeAll(t, ranks)
 			ranks[dead].job.stopHeartbeat()
 			errs, took := waitOthers(ranks, dead, context.Background())
