@@ -117,20 +117,24 @@ func TestRankFailureImmutableDir(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	// Wait for rank 2's file directory, then freeze it.
+	// Wait until every rank has created a file, then freeze rank 2's
+	// directory. Its directory alone appears in Setup, before the Run: frozen
+	// then, rank 2 fails at its first create, and a rank the loaded machine
+	// wakes late for the Run is stopped before its first op and rightly
+	// reports none.
 	var target string
 	deadline := time.Now().Add(30 * time.Second)
 	for target == "" && time.Now().Before(deadline) {
-		m, _ := filepath.Glob(filepath.Join(work, "prism-*", "01-create_files", "r2", "files"))
-		if len(m) == 1 {
-			target = m[0]
+		m, _ := filepath.Glob(filepath.Join(work, "prism-*", "01-create_files", "r[0-2]", "files"))
+		if len(m) == 3 && hasEntry(m[0]) && hasEntry(m[1]) && hasEntry(m[2]) {
+			target = m[2]
 			break
 		}
 		time.Sleep(time.Millisecond)
 	}
 	if target == "" {
 		cmd.Process.Kill()
-		t.Fatal("rank 2's directory never appeared")
+		t.Fatal("the ranks' files never appeared")
 	}
 	if b, err := exec.Command("chattr", "+i", target).CombinedOutput(); err != nil {
 		cmd.Process.Kill()
@@ -162,6 +166,17 @@ func TestRankFailureImmutableDir(t *testing.T) {
 			t.Errorf("rank %d: ops %d error %q", pr.Rank, pr.Ops, pr.Error)
 		}
 	}
+}
+
+// hasEntry reports whether directory dir has an entry.
+func hasEntry(dir string) bool {
+	f, err := os.Open(dir)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	names, _ := f.Readdirnames(1)
+	return len(names) > 0
 }
 
 // startPrism runs prism in the background; the caller waits on the

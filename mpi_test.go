@@ -415,6 +415,18 @@ func TestRankFailureStopsPeersMPI(t *testing.T) {
 	if j.waitForPath(filepath.Join(target, "f2.2000"), 60*time.Second) == "" {
 		t.Fatalf("rank 2 never created its 2001st file\n%s", j.output())
 	}
+	// And once ranks 0 and 1 have created a file each: a rank the loaded
+	// machine wakes late could otherwise be stopped before its first op,
+	// and rightly report none.
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(time.Millisecond) {
+		peers, _ := filepath.Glob(filepath.Join(work, "prism-*", "01-create_files", "r[01]", "files"))
+		if len(peers) == 2 && hasEntry(peers[0]) && hasEntry(peers[1]) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("ranks 0 and 1 never created a file\n%s", j.output())
+		}
+	}
 	if b, err := exec.Command("chattr", "+i", target).CombinedOutput(); err != nil {
 		t.Fatalf("chattr: %v %s", err, b)
 	}

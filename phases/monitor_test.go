@@ -54,8 +54,10 @@ func TestStallReportedWhileStuck(t *testing.T) {
 	if !strings.Contains(stderr, "stall: rank 0: sleepy") || !strings.Contains(stderr, "op open on ") || !strings.Contains(stderr, "/slow in flight for") {
 		t.Fatalf("no stall report:\n%s", stderr)
 	}
-	if n := strings.Count(stderr, "stall:"); n != 1 {
-		t.Errorf("the same stuck op reported %d times", n)
+	// Counted by the op's own words: on a loaded disk the untimed cleanup
+	// may outlast stall_after too, and is rightly reported apart.
+	if n := strings.Count(stderr, "op open on "); n != 1 {
+		t.Errorf("the same stuck op reported %d times:\n%s", n, stderr)
 	}
 	if got := out.Manifest.Phases[0].Metrics["stalls"]; got != 1 {
 		t.Errorf("manifest stalls = %v", got)

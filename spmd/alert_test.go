@@ -12,7 +12,7 @@ import (
 // crashed, it was SIGKILLed), not only at the next collective; that
 // collective then knows the peer is dead at once and names its host.
 func TestWatchSeesDeadPeer(t *testing.T) {
-	ranks := startRanks(t, 3, RendezvousConfig{Heartbeat: testHeartbeat, DeadAfter: testDeadAfter, Host: "nodeX"})
+	ranks := startRanks(t, 3, RendezvousConfig{Dir: quickDir(t), Heartbeat: testHeartbeat, DeadAfter: testDeadAfter, Host: "nodeX"})
 	defer closeAll(t, ranks)
 	ranks[2].job.stopHeartbeat()
 	fired, stop := ranks[0].Watch("0.3.0.run")

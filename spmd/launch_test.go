@@ -37,9 +37,9 @@ func TestMain(m *testing.M) {
 func launchChild(mode string) int {
 	rank, _ := strconv.Atoi(os.Getenv(EnvRank))
 	size, _ := strconv.Atoi(os.Getenv(EnvSize))
+	reportPath := func(r int) string { return filepath.Join(os.Getenv(childOutEnv), "rank"+strconv.Itoa(r)) }
 	report := func(format string, args ...any) {
-		path := filepath.Join(os.Getenv(childOutEnv), "rank"+strconv.Itoa(rank))
-		os.WriteFile(path, fmt.Appendf(nil, format, args...), 0o666)
+		os.WriteFile(reportPath(rank), fmt.Appendf(nil, format, args...), 0o666)
 	}
 	fail := func(err error) int {
 		fmt.Fprintf(os.Stderr, "rank %d: %v\n", rank, err)
@@ -55,6 +55,14 @@ func launchChild(mode string) int {
 		Heartbeat: 50 * time.Millisecond,
 		DeadAfter: 2 * time.Second,
 	})
+	var re *RankError
+	if mode == "exit3" && errors.Is(err, ErrAborted) && errors.As(err, &re) {
+		// Rank 1 leaves as soon as it has joined: a rank that a loaded
+		// machine held up in NewRendezvous's collective sees the abort
+		// notice there, which is seeing it too.
+		report("aborted by %d", re.Rank)
+		return 1
+	}
 	if err != nil {
 		return fail(err)
 	}
@@ -99,7 +107,6 @@ func launchChild(mode string) int {
 			return 3
 		}
 		err := c.Barrier(ctx)
-		var re *RankError
 		if errors.Is(err, ErrAborted) && errors.As(err, &re) {
 			report("aborted by %d", re.Rank)
 		} else {
@@ -110,6 +117,16 @@ func launchChild(mode string) int {
 		report("pid %d", os.Getpid())
 		switch rank {
 		case 2:
+			// Dies once every other rank has reported: one that a loaded
+			// machine left behind in NewRendezvous would see the abort
+			// notice there and rightly leave without a report.
+			for r, deadline := 0, time.Now().Add(20*time.Second); r < size && time.Now().Before(deadline); {
+				if b, _ := os.ReadFile(reportPath(r)); len(b) > 0 {
+					r++
+					continue
+				}
+				time.Sleep(time.Millisecond)
+			}
 			syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		case 3:
 			// Leaves on the abort notice; the others ignore it and

@@ -24,6 +24,22 @@ const (
 	slack = 10 * time.Second
 )
 
+// quickDir is a fresh directory for a rendezvous whose live ranks must not
+// be taken for dead after testDeadAfter: in /dev/shm (tmpfs) where there
+// is one. A heartbeat is a file written and renamed every testHeartbeat;
+// on a disk that fsync-heavy tests share (make test runs packages side by
+// side), a journal commit can hold that rename past testDeadAfter, and a
+// live bystander would be named dead instead of the rank the test stopped.
+func quickDir(t *testing.T) string {
+	t.Helper()
+	d, err := os.MkdirTemp("/dev/shm", "prism-spmd-")
+	if err != nil {
+		return t.TempDir()
+	}
+	t.Cleanup(func() { os.RemoveAll(d) })
+	return d
+}
+
 // startRanks makes n in-process ranks of one job in a fresh directory,
 // each with a Rendezvous of its own, as n processes would.
 func startRanks(t *testing.T, n int, cfg RendezvousConfig) []*Rendezvous {
@@ -470,7 +486,7 @@ func TestRendezvousAbort(t *testing.T) {
 func TestRendezvousDeadPeer(t *testing.T) {
 	for _, dead := range []int{2, 0} {
 		t.Run(fmt.Sprint("dead=", dead), func(t *testing.T) {
-			ranks := startRanks(t, 3, RendezvousConfig{Heartbeat: testHeartbeat, DeadAfter: testDeadAfter})
+			ranks := startRanks(t, 3, RendezvousConfig{Dir: quickDir(t), Heartbeat: testHeartbeat, DeadAfter: testDeadAfter})
 			defer closeAll(t, ranks)
 			ranks[dead].job.stopHeartbeat()
 			errs, took := waitOthers(ranks, dead, context.Background())
@@ -671,10 +687,15 @@ func TestRendezvousAlign(t *testing.T) {
 	ranks := startRanks(t, 2, RendezvousConfig{Host: "node"})
 	var mu sync.Mutex
 	maxDelay := map[string]time.Duration{} // collective directory -> longest sleep
+	backedOff := make(chan struct{})
+	var once sync.Once
 	waitSleepHook = func(rank int, dir string, d time.Duration) {
 		mu.Lock()
 		maxDelay[dir] = max(maxDelay[dir], d)
 		mu.Unlock()
+		if rank == 1 && d >= pollMax {
+			once.Do(func() { close(backedOff) })
+		}
 	}
 	defer func() { waitSleepHook = nil }()
 
@@ -682,7 +703,13 @@ func TestRendezvousAlign(t *testing.T) {
 	seq := ranks[1].seq
 	onEach(t, ranks, func(c *Rendezvous) error {
 		if c.Rank() == 0 {
-			time.Sleep(40 * time.Millisecond) // rank 1 waits long in the first barrier
+			// Rank 1 waits in the first barrier until its polling has
+			// backed off to pollMax: waited for, not slept for, as a
+			// loaded machine may start rank 1 later than any sleep.
+			select {
+			case <-backedOff:
+			case <-time.After(slack):
+			}
 		}
 		return c.Align(ctx)
 	})
@@ -693,7 +720,7 @@ func TestRendezvousAlign(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	if maxDelay[first] <= alignPoll {
-		t.Fatalf("the plain barrier's polling reached only %s after a 40 ms wait; the test shows nothing", maxDelay[first])
+		t.Fatalf("the plain barrier's polling reached only %s; the test shows nothing", maxDelay[first])
 	}
 	if d, ok := maxDelay[second]; ok && d > alignPoll {
 		t.Fatalf("Align's second barrier polled at %s, more than alignPoll %s", d, alignPoll)

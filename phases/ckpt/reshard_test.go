@@ -1,7 +1,6 @@
 package ckpt
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -14,10 +13,8 @@ import (
 )
 
 var (
-	rankMark   = regexp.MustCompile(`^(\d+)\s+openat\(.*"[^"]*/rank(\d+)", O_WRONLY`)
-	tidLine    = regexp.MustCompile(`^(\d+)\s+(\w+)\((\d+)<([^>]*)>(.*)\)\s+=\s+(-?\d+)`)
-	unfinished = regexp.MustCompile(`^(\d+)\s+(.*) <unfinished \.\.\.>$`)
-	resumed    = regexp.MustCompile(`^(\d+)\s+<\.\.\. \w+ resumed>(.*)$`)
+	rankMark = regexp.MustCompile(`^(\d+)\s+openat\(.*"[^"]*/rank(\d+)", O_WRONLY`)
+	tidLine  = regexp.MustCompile(`^(\d+)\s+(\w+)\((\d+)<([^>]*)>(.*)\)\s+=\s+(-?\d+)`)
 )
 
 // tracedByRank reads an `strace -f -y` log of processes that each marked
@@ -26,44 +23,23 @@ var (
 // them (lseeks that do not move left out).
 func tracedByRank(t *testing.T, log, dir string) map[int]map[string][]string {
 	t.Helper()
-	f, err := os.Open(log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
 	rankOf := map[string]int{}
 	type key struct {
 		tid, path string
 	}
 	calls := map[key][]string{}
 	pos := map[key]int64{}
-	pending := map[string]string{}
 	var tids []string // in the order the ranks marked themselves
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if m := unfinished.FindStringSubmatch(line); m != nil {
-			pending[m[1]] = m[2]
-			continue
-		}
-		if m := resumed.FindStringSubmatch(line); m != nil {
-			head, ok := pending[m[1]]
-			if !ok {
-				continue
-			}
-			delete(pending, m[1])
-			line = m[1] + " " + head + m[2]
-		}
+	traceLines(t, log, func(line string) {
 		if m := rankMark.FindStringSubmatch(line); m != nil {
 			r, _ := strconv.Atoi(m[2])
 			rankOf[m[1]] = r
 			tids = append(tids, m[1])
-			continue
+			return
 		}
 		m := tidLine.FindStringSubmatch(line)
 		if m == nil || !strings.HasPrefix(m[4], dir+"/") {
-			continue
+			return
 		}
 		k := key{m[1], m[4]}
 		ret, _ := strconv.ParseInt(m[6], 10, 64)
@@ -78,7 +54,7 @@ func tracedByRank(t *testing.T, log, dir string) map[int]map[string][]string {
 				pos[k] = ret
 			}
 		}
-	}
+	})
 	out := map[int]map[string][]string{}
 	for _, tid := range tids {
 		out[rankOf[tid]] = map[string][]string{}
