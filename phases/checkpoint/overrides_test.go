@@ -6,6 +6,8 @@ import (
 	"regexp"
 	"strconv"
 	"testing"
+
+	"github.com/prism-hpc/prism/internal/stracelog"
 )
 
 // overridePlan is what TestSyscallOverrides traces: a torch file saved
@@ -84,7 +86,7 @@ func TestSyscallOverrides(t *testing.T) {
 	tr := traceLog(t, log, run)
 	// The mappings, by file, in trace order, split calls joined.
 	maps := map[string][]int64{}
-	traceLines(t, log, func(_ int, line string) {
+	stracelog.Read(t, log, func(_ int, line string) {
 		if m := mmapRe.FindStringSubmatch(line); m != nil {
 			n, _ := strconv.ParseInt(m[1], 10, 64)
 			maps[m[2]] = append(maps[m[2]], n)

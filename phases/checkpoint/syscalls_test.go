@@ -1,7 +1,6 @@
 package checkpoint
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
 	"os"
@@ -12,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prism-hpc/prism/internal/stracelog"
 	pio "github.com/prism-hpc/prism/io"
 	"github.com/prism-hpc/prism/phases"
 	"github.com/prism-hpc/prism/phases/ckpt"
@@ -66,56 +66,17 @@ var (
 	iovLen = regexp.MustCompile(`iov_len=(\d+)`)
 	// rename(path, …) or renameat(fd<dir>, "name", …), as prism renames
 	// relative to the checkpoint directory's descriptor.
-	renameRe  = regexp.MustCompile(`^(\d+)\s+rename(?:at2?)?\((?:\d+<([^>]*)>, )?"([^"]*\.metadata\.tmp)"`)
-	openRe    = regexp.MustCompile(`^(\d+)\s+openat\(.*, "[^"]*", ([A-Z_|]+).*\)\s+=\s+\d+<([^>]*)>`)
-	straceRe  = regexp.MustCompile(`^(\d+)\s+(\w+)\((\d+)<([^>]*)>(.*)\)\s+=\s+(-?\d+)`)
-	openingRe = regexp.MustCompile(`^(\d+)\s+(\w+)\((.*) <unfinished \.\.\.>$`)
-	resumedRe = regexp.MustCompile(`^(\d+)\s+<\.\.\. (\w+) resumed>(.*)$`)
+	renameRe = regexp.MustCompile(`^(\d+)\s+rename(?:at2?)?\((?:\d+<([^>]*)>, )?"([^"]*\.metadata\.tmp)"`)
+	openRe   = regexp.MustCompile(`^(\d+)\s+openat\(.*, "[^"]*", ([A-Z_|]+).*\)\s+=\s+\d+<([^>]*)>`)
+	straceRe = regexp.MustCompile(`^(\d+)\s+(\w+)\((\d+)<([^>]*)>(.*)\)\s+=\s+(-?\d+)`)
 )
-
-// traceLines calls fn with each line of an `strace -f -y` log, numbered,
-// with a call another thread interrupted ("<unfinished ...>" then
-// "<... resumed>") joined into one line at its resumption: on a busy
-// machine any call can be split, and a split call matches no pattern.
-func traceLines(t *testing.T, log string, fn func(n int, line string)) {
-	t.Helper()
-	f, err := os.Open(log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	pending := map[string]string{}
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	n := 0
-	for sc.Scan() {
-		line := sc.Text()
-		n++
-		if m := openingRe.FindStringSubmatch(line); m != nil {
-			pending[m[1]] = m[1] + " " + m[2] + "(" + m[3]
-			continue
-		}
-		if m := resumedRe.FindStringSubmatch(line); m != nil {
-			head, ok := pending[m[1]]
-			if !ok {
-				continue
-			}
-			delete(pending, m[1])
-			line = head + m[3]
-		}
-		fn(n, line)
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatalf("%s: %v", log, err)
-	}
-}
 
 // traceLog reads an `strace -f -y` log into the calls on each file whose
 // path contains within (traceLines joins interrupted calls).
 func traceLog(t *testing.T, log, within string) map[string][]tracedCall {
 	t.Helper()
 	out := map[string][]tracedCall{}
-	traceLines(t, log, func(n int, line string) {
+	stracelog.Read(t, log, func(n int, line string) {
 		if m := renameRe.FindStringSubmatch(line); m != nil {
 			name := m[3]
 			if m[2] != "" && !filepath.IsAbs(name) {
@@ -448,26 +409,4 @@ func underStrace(t *testing.T, name, calls, plan string, opts ...phasestest.Opti
 		t.Fatalf("no run directory in %s", work)
 	}
 	return log, runs[0]
-}
-
-// TestTraceLinesJoinsSplitCalls: a call another thread interrupted is
-// seen whole at its resumption, so a mapping split in two on a busy
-// machine still counts (CI once missed one).
-func TestTraceLinesJoinsSplitCalls(t *testing.T) {
-	log := filepath.Join(t.TempDir(), "strace.log")
-	text := "12 mmap(NULL, 4096, PROT_READ, MAP_SHARED, 5</r/a.st>, 0 <unfinished ...>\n" +
-		"13 read(6</r/b>, \"x\", 4) = 1\n" +
-		"12 <... mmap resumed>) = 0x7f0000000000\n"
-	if err := os.WriteFile(log, []byte(text), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	var got []string
-	traceLines(t, log, func(n int, line string) {
-		if m := mmapRe.FindStringSubmatch(line); m != nil {
-			got = append(got, fmt.Sprintf("%d:%s:%s", n, m[2], m[1]))
-		}
-	})
-	if len(got) != 1 || got[0] != "3:/r/a.st:4096" {
-		t.Errorf("mappings %v, want the split one once, at line 3", got)
-	}
 }

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/prism-hpc/prism/internal/stracelog"
 )
 
 var (
@@ -30,7 +32,7 @@ func tracedByRank(t *testing.T, log, dir string) map[int]map[string][]string {
 	calls := map[key][]string{}
 	pos := map[key]int64{}
 	var tids []string // in the order the ranks marked themselves
-	traceLines(t, log, func(line string) {
+	stracelog.Read(t, log, func(_ int, line string) {
 		if m := rankMark.FindStringSubmatch(line); m != nil {
 			r, _ := strconv.Atoi(m[2])
 			rankOf[m[1]] = r
