@@ -42,7 +42,8 @@
 // # The rule
 //
 // A family imports phases, phases/ckpt, io (and io/uring), report, spmd and the standard
-// library (its tests also phasestest and examples) — never another family.
+// library (its tests also phasestest, examples and the test helpers under
+// internal/, such as internal/stracelog) — never another family.
 // What two families share belongs in one of those (a generator in io, a
 // statistic in report, a contract here). phases/all is the only package
 // that imports every family, and only main imports it; all's tests enforce
