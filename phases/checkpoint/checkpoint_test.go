@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prism-hpc/prism/internal/torchtest"
 	"github.com/prism-hpc/prism/phases"
 	"github.com/prism-hpc/prism/phases/ckpt"
 	"github.com/prism-hpc/prism/phases/phasestest"
@@ -398,27 +399,11 @@ assert idx['metadata']['total_size'] == total, (idx['metadata']['total_size'], t
 print('ok', len(seen), 'tensors', total, 'bytes')
 `
 
-func python(t *testing.T) string {
-	t.Helper()
-	if _, err := os.Stat("/usr/bin/python3"); err == nil {
-		return "/usr/bin/python3" // faster to start than a version manager's shim
-	}
-	p, err := exec.LookPath("python3")
-	if err != nil {
-		msg := "python3 not installed: the independent format checks need it (apt-get install -y python3-torch, .ci/deps.sh does)"
-		if requireTorch() {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-	return p
-}
-
 // TestSafetensorsFromHFConfig: fsdp_save of a llama config.json writes
 // the safetensors files HuggingFace would, checked by a reader
 // independent of prism's writer.
 func TestSafetensorsFromHFConfig(t *testing.T) {
-	py := python(t)
+	py := torchtest.Python3(t)
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "config.json")
 	if err := os.WriteFile(cfg, []byte(llamaConfig), 0o644); err != nil {

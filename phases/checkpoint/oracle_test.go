@@ -14,37 +14,16 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prism-hpc/prism/internal/torchtest"
 	"github.com/prism-hpc/prism/phases"
 	"github.com/prism-hpc/prism/phases/ckpt"
 	"github.com/prism-hpc/prism/phases/phasestest"
 	"github.com/prism-hpc/prism/report"
 )
 
-// Real PyTorch is the oracle of prism's own output: Debian's
-// python3-torch (1.13) under /usr/bin/python3, through phases/ckpt's
-// testdata/torch_oracle.py. Where torch or strace is missing the tests
-// skip, except where a missing one must fail: in CI (CI=true) and with
-// PRISM_REQUIRE_TORCH=1. .ci/deps.sh installs both.
-
-const systemPython = "/usr/bin/python3"
-
-func requireTorch() bool {
-	return os.Getenv("CI") == "true" || os.Getenv("PRISM_REQUIRE_TORCH") == "1"
-}
-
-// torchPython returns the interpreter with torch, or skips (fails in CI).
-func torchPython(t *testing.T) string {
-	t.Helper()
-	out, err := exec.Command(systemPython, "-c", "import torch").CombinedOutput()
-	if err != nil {
-		msg := fmt.Sprintf("PyTorch is not importable by %s (%v: %s); install it: apt-get install -y python3-torch (.ci/deps.sh does)", systemPython, err, strings.TrimSpace(string(out)))
-		if requireTorch() {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-	return systemPython
-}
+// Real PyTorch is the oracle of prism's own output, through phases/ckpt's
+// testdata/torch_oracle.py (internal/torchtest finds it, and strace, or
+// says why the test skips or, in CI, fails).
 
 // capture is a test phase that writes what the latest checkpoint holds
 // to a JSON file, for the oracle to compare with what torch read: its
@@ -205,8 +184,8 @@ func TestTorchOracle(t *testing.T) {
 		oracleChild(t, os.Getenv("PRISM_ORACLE_WORK"))
 		return
 	}
-	py := torchPython(t)
-	strace := straceTool(t)
+	py := torchtest.Python(t)
+	strace := torchtest.Strace(t)
 	work := t.TempDir()
 	traceArgs := []string{"-f", "-y", "-s", "4", "-e", "trace=openat,write,writev,pwrite64,fsync,fdatasync"}
 	// prism's saves, traced.

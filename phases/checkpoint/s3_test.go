@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prism-hpc/prism/internal/torchtest"
 	ps3 "github.com/prism-hpc/prism/io/s3"
 	"github.com/prism-hpc/prism/io/s3/s3test"
 	"github.com/prism-hpc/prism/phases"
@@ -264,7 +265,7 @@ ranks = 1
 // load in real PyTorch (torch.load of a torch.save object, safetensors of
 // a sharded save) with every tensor's CRC equal to the one prism wrote.
 func TestTorchOracleOverS3(t *testing.T) {
-	py := torchPython(t)
+	py := torchtest.Python(t)
 	srv := s3test.StartT(t)
 	srv.SetEnv(t)
 	c := srv.Client(t, "oracle")

@@ -12,27 +12,13 @@ import (
 	"testing"
 
 	"github.com/prism-hpc/prism/internal/stracelog"
+	"github.com/prism-hpc/prism/internal/torchtest"
 	pio "github.com/prism-hpc/prism/io"
 	"github.com/prism-hpc/prism/phases"
 	"github.com/prism-hpc/prism/phases/ckpt"
 	"github.com/prism-hpc/prism/phases/phasestest"
 	"github.com/prism-hpc/prism/report"
 )
-
-// straceTool returns strace's path, or skips (fails in CI, where
-// .ci/deps.sh installs it).
-func straceTool(t *testing.T) string {
-	t.Helper()
-	p, err := exec.LookPath("strace")
-	if err != nil {
-		msg := "strace is not installed: apt-get install -y strace (.ci/deps.sh does)"
-		if requireTorch() {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-	return p
-}
 
 // tracedCall is one system call strace saw on a checkpoint file.
 type tracedCall struct {
@@ -389,7 +375,7 @@ func underStrace(t *testing.T, name, calls, plan string, opts ...phasestest.Opti
 		}
 		return "", ""
 	}
-	strace := straceTool(t)
+	strace := torchtest.Strace(t)
 	work := t.TempDir()
 	log = filepath.Join(work, "strace.log")
 	cmd := exec.Command(strace, "-f", "-y", "-s", "4", "-e", "trace="+calls,
@@ -397,7 +383,7 @@ func underStrace(t *testing.T, name, calls, plan string, opts ...phasestest.Opti
 	cmd.Env = append(os.Environ(), "PRISM_TRACE_CHILD=1", "PRISM_TRACE_WORK="+work)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		if bytes.Contains(b, []byte("PTRACE")) || bytes.Contains(b, []byte("Operation not permitted")) {
-			if requireTorch() {
+			if torchtest.Required() {
 				t.Fatalf("strace cannot trace here (CI needs ptrace): %s", b)
 			}
 			t.Skipf("strace cannot trace here: %s", b)

@@ -15,6 +15,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/prism-hpc/prism/internal/torchtest"
 )
 
 // writeLayout writes every file of l under dir the simple way (no timing),
@@ -54,27 +56,9 @@ func writeLayout(t *testing.T, dir string, l *Layout, pl *Pool, gen uint64) {
 	}
 }
 
-func python(t *testing.T) string {
-	t.Helper()
-	// The system interpreter starts in a tenth of the time a version
-	// manager's shim takes.
-	if _, err := os.Stat("/usr/bin/python3"); err == nil {
-		return "/usr/bin/python3"
-	}
-	p, err := exec.LookPath("python3")
-	if err != nil {
-		msg := "python3 not installed: the independent format checks need it (apt-get install -y python3-torch, .ci/deps.sh does)"
-		if requireTorch() {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-	return p
-}
-
 func runPython(t *testing.T, script string, args ...string) string {
 	t.Helper()
-	cmd := exec.Command(python(t), append([]string{"-c", script}, args...)...)
+	cmd := exec.Command(torchtest.Python3(t), append([]string{"-c", script}, args...)...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("python: %v\n%s", err, out)

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/prism-hpc/prism/internal/stracelog"
+	"github.com/prism-hpc/prism/internal/torchtest"
 )
 
 var (
@@ -82,8 +83,8 @@ func tracedByRank(t *testing.T, log, dir string) map[int]map[string][]string {
 // tensor. So a resharding fsdp_load, which issues those calls, reads
 // what DCP reads when the world size changes.
 func TestReshardReadsAsDCP(t *testing.T) {
-	py := torchPython(t)
-	strace := straceTool(t)
+	py := torchtest.Python(t)
+	strace := torchtest.Strace(t)
 	// 25-row tensors: 2, 3 and 4 ranks chunk them unevenly.
 	m := mustBuild(t, "synthetic", Synthetic(2, 40, 25, F32), OptAdam, 1)
 	spec := writeSpec(t, m, 2, 40, 25)

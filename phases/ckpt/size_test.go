@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/prism-hpc/prism/internal/torchtest"
 )
 
 // TestSizeOfAdamCheckpoint sizes the checkpoint of 24 x Linear(1024, 1024)
@@ -27,7 +29,7 @@ func TestSizeOfAdamCheckpoint(t *testing.T) {
 		t.Fatalf("tensor bytes %d, want %d", m.TensorBytes(), params*4*3+48*4)
 	}
 	t.Logf("prism: %d bytes, %d of them tensors", got, m.TensorBytes())
-	py := torchPython(t)
+	py := torchtest.Python(t)
 	script := `
 import io, torch, torch.nn as nn
 class Net(nn.Module):

@@ -11,26 +11,10 @@ import (
 	"testing"
 
 	"github.com/prism-hpc/prism/internal/stracelog"
+	"github.com/prism-hpc/prism/internal/torchtest"
 )
 
-// straceTool returns strace's path, or skips (fails in CI, where
-// .ci/deps.sh installs it).
-func straceTool(t *testing.T) string {
-	t.Helper()
-	p, err := exec.LookPath("strace")
-	if err != nil {
-		msg := "strace is not installed: apt-get install -y strace (.ci/deps.sh does)"
-		if requireTorch() {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-	return p
-}
-
 var straceLine = regexp.MustCompile(`^(?:\d+\s+)?(\w+)\((\d+)<([^>]*)>(.*)\)\s+=\s+(-?\d+)`)
-
-var ()
 
 // tracedCalls reads an `strace -f -y` log: the calls made on files whose
 // path ends in suffix, by path, in order, as shape lines (see shape).
@@ -124,9 +108,9 @@ func shape(calls []Call, size int64) []string {
 // runTraced runs the oracle under strace, returning the log's path.
 func runTraced(t *testing.T, args ...string) string {
 	t.Helper()
-	py := torchPython(t)
+	py := torchtest.Python(t)
 	log := t.TempDir() + "/strace.log"
-	cmd := exec.Command(straceTool(t), append([]string{"-f", "-y", "-s", "4", "-e", "trace=write,writev,read,lseek,fsync", "-o", log, py, "testdata/torch_oracle.py"}, args...)...)
+	cmd := exec.Command(torchtest.Strace(t), append([]string{"-f", "-y", "-s", "4", "-e", "trace=write,writev,read,lseek,fsync", "-o", log, py, "testdata/torch_oracle.py"}, args...)...)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("strace %v: %v\n%s", args, err, out)
 	}

@@ -12,38 +12,18 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/prism-hpc/prism/internal/torchtest"
 )
 
-// The tests in this file use real PyTorch as the oracle: Debian's
-// python3-torch (1.13) under /usr/bin/python3, running
-// testdata/torch_oracle.py. Where torch is missing they skip, except
-// when a missing torch must fail: in CI (CI=true, which CI sets) and
-// with PRISM_REQUIRE_TORCH=1. .ci/deps.sh installs python3-torch.
-
-const systemPython = "/usr/bin/python3"
-
-func requireTorch() bool {
-	return os.Getenv("CI") == "true" || os.Getenv("PRISM_REQUIRE_TORCH") == "1"
-}
-
-// torchPython returns the interpreter with torch, or skips (fails in CI).
-func torchPython(t *testing.T) string {
-	t.Helper()
-	out, err := exec.Command(systemPython, "-c", "import torch; print(torch.__version__)").CombinedOutput()
-	if err != nil {
-		msg := fmt.Sprintf("PyTorch is not importable by %s (%v: %s); install it: apt-get install -y python3-torch (.ci/deps.sh does)", systemPython, err, strings.TrimSpace(string(out)))
-		if requireTorch() {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-	return systemPython
-}
+// The tests in this file use real PyTorch as the oracle, running
+// testdata/torch_oracle.py (internal/torchtest finds it, or says why the
+// test skips or, in CI, fails).
 
 // oracle runs torch_oracle.py and decodes its JSON answer into v.
 func oracle(t *testing.T, v any, args ...string) {
 	t.Helper()
-	py := torchPython(t)
+	py := torchtest.Python(t)
 	cmd := exec.Command(py, append([]string{filepath.Join("testdata", "torch_oracle.py")}, args...)...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
