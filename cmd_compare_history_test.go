@@ -10,6 +10,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/prism-hpc/prism/internal/fstest"
 	pio "github.com/prism-hpc/prism/io"
 	"github.com/prism-hpc/prism/report"
 )
@@ -66,26 +67,6 @@ func shmWorkdir(t *testing.T) string {
 	}
 	t.Cleanup(func() { os.RemoveAll(d) })
 	return d
-}
-
-// diskWorkdir is a directory on a filesystem that is not held in memory.
-func diskWorkdir(t *testing.T) string {
-	t.Helper()
-	for _, d := range []string{t.TempDir(), "/var/tmp"} {
-		if fs, err := pio.StatFS(d); err == nil && !pio.CacheHeld(fs.Type) {
-			if d == "/var/tmp" {
-				dd, err := os.MkdirTemp(d, "prism-history-")
-				if err != nil {
-					break
-				}
-				t.Cleanup(func() { os.RemoveAll(dd) })
-				return dd
-			}
-			return d
-		}
-	}
-	t.Skip("no disk directory")
-	return ""
 }
 
 func compareJSON(t *testing.T, args ...string) (int, *report.Comparison, string) {
@@ -180,7 +161,7 @@ func TestCompareHistory(t *testing.T) {
 		}
 	}
 
-	slow := runBinary(t, historyPlan, diskWorkdir(t), t.TempDir())
+	slow := runBinary(t, historyPlan, fstest.DiskDir(t), t.TempDir())
 	code, out := compare(t, append(runs[:5:5], slow)...)
 	if code != exitFailed || !strings.Contains(out, "<<") {
 		t.Fatalf("disk against tmpfs history: exit %d, want %d\n%s", code, exitFailed, out)
@@ -236,7 +217,7 @@ func TestCompareHistory(t *testing.T) {
 func TestCompareOneIteration(t *testing.T) {
 	plan := strings.Replace(strings.Replace(historyPlan, "iterations = 5", "iterations = 1", 1), "warmup = 1", "warmup = 0", 1)
 	shm := shmWorkdir(t)
-	a, b := runBinary(t, plan, shm, t.TempDir()), runBinary(t, plan, diskWorkdir(t), t.TempDir())
+	a, b := runBinary(t, plan, shm, t.TempDir()), runBinary(t, plan, fstest.DiskDir(t), t.TempDir())
 	code, out := compare(t, a, b)
 	if code != exitOK || !strings.Contains(out, "no noise-based verdict") || !strings.Contains(out, "untested") || strings.Contains(out, "regression\n") {
 		t.Errorf("exit %d\n%s", code, out)

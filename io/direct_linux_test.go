@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prism-hpc/prism/internal/fstest"
 	"golang.org/x/sys/unix"
 )
 
@@ -30,45 +31,6 @@ func TestAlignedBuffer(t *testing.T) {
 		}
 	}()
 	AlignedBuffer(10, 3)
-}
-
-// diskDir returns a directory on a disk filesystem: t.TempDir() when /tmp
-// is on one (ext4 here), else a temporary directory under /var/tmp, which
-// Debian keeps on the root filesystem.
-func diskDir(t *testing.T) string {
-	dir := t.TempDir()
-	fs, err := StatFS(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !CacheHeld(fs.Type) {
-		return dir
-	}
-	dir, err = os.MkdirTemp("/var/tmp", "prism-direct-")
-	if err != nil {
-		t.Skipf("no disk directory: %v", err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
-}
-
-// mountTest mounts a filesystem on a fresh directory for the test's
-// lifetime. Root only.
-func mountTest(t *testing.T, args ...string) string {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to mount a test filesystem")
-	}
-	dir := t.TempDir()
-	if out, err := exec.Command("mount", append(args, dir)...).CombinedOutput(); err != nil {
-		t.Skipf("mount %s: %v: %s", strings.Join(args, " "), err, out)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
-			t.Errorf("umount %s: %v: %s", dir, err, out)
-		}
-	})
-	return dir
 }
 
 // directRoundTrip writes and reads back through O_DIRECT in dir and shows
@@ -137,7 +99,7 @@ func directRoundTrip(t *testing.T, dir string, wantType string) {
 }
 
 func TestDirectOnDisk(t *testing.T) {
-	directRoundTrip(t, diskDir(t), "")
+	directRoundTrip(t, fstest.DiskDir(t), "")
 }
 
 func TestDirectOnLoopXFS(t *testing.T) {
@@ -161,11 +123,11 @@ func TestDirectOnLoopXFS(t *testing.T) {
 	if out, err := exec.Command(mkfs, "-q", img).CombinedOutput(); err != nil {
 		t.Fatalf("mkfs.xfs: %v: %s", err, out)
 	}
-	directRoundTrip(t, mountTest(t, "-o", "loop", img), "xfs")
+	directRoundTrip(t, fstest.Mount(t, "-o", "loop", img), "xfs")
 }
 
 func TestDirectRefusedOnTmpfs(t *testing.T) {
-	dir := mountTest(t, "-t", "tmpfs", "-o", "size=8m", "tmpfs")
+	dir := fstest.Mount(t, "-t", "tmpfs", "-o", "size=8m", "tmpfs")
 	_, err := CheckDirect(dir)
 	var de *DirectError
 	if !errors.As(err, &de) || de.FSType != "tmpfs" || !errors.Is(err, ErrDirectNoEffect) {
@@ -181,7 +143,7 @@ func TestDirectRefusedOnTmpfs(t *testing.T) {
 // ramfs has no direct I/O at all: open itself fails with EINVAL on every
 // kernel, the path tmpfs took before Linux 6.6.
 func TestDirectRefusedOnRamfs(t *testing.T) {
-	dir := mountTest(t, "-t", "ramfs", "ramfs")
+	dir := fstest.Mount(t, "-t", "ramfs", "ramfs")
 	p := MustPath(filepath.Join(dir, "f"))
 	fd, err := OpenDirect(p, unix.O_CREAT|unix.O_RDWR, 0o644)
 	if err == nil {
@@ -234,7 +196,7 @@ func TestSyncMode(t *testing.T) {
 // TestDeviceAlignment checks the sysfs/BLKSSZGET path against statx, the
 // kernel's own answer, on the disk under the test directory.
 func TestDeviceAlignment(t *testing.T) {
-	dir := diskDir(t)
+	dir := fstest.DiskDir(t)
 	var st unix.Stat_t
 	if err := unix.Stat(dir, &st); err != nil {
 		t.Fatal(err)

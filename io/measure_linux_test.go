@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prism-hpc/prism/internal/fstest"
 	"golang.org/x/sys/unix"
 )
 
@@ -180,5 +181,5 @@ func mountXFS(t *testing.T) string {
 	if out, err := exec.Command(mkfs, "-q", img).CombinedOutput(); err != nil {
 		t.Fatalf("mkfs.xfs: %v: %s", err, out)
 	}
-	return mountTest(t, "-o", "loop", img)
+	return fstest.Mount(t, "-o", "loop", img)
 }

@@ -17,44 +17,12 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/prism-hpc/prism/internal/fstest"
 	pio "github.com/prism-hpc/prism/io"
 	"github.com/prism-hpc/prism/phases"
 	"github.com/prism-hpc/prism/phases/phasestest"
 	"github.com/prism-hpc/prism/report"
 )
-
-// bioDiskDir is a directory on a disk filesystem: t.TempDir() when /tmp
-// is on one (ext4 on the development machines), else one under /var/tmp.
-func bioDiskDir(t *testing.T) string {
-	dir := t.TempDir()
-	if fs, err := pio.StatFS(dir); err == nil && !pio.CacheHeld(fs.Type) {
-		return dir
-	}
-	dir, err := os.MkdirTemp("/var/tmp", "prism-blockio-")
-	if err != nil {
-		t.Skipf("no disk directory: %v", err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
-}
-
-// bioMount mounts a test filesystem for the test's lifetime (root only).
-func bioMount(t *testing.T, args ...string) string {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to mount a test filesystem")
-	}
-	dir := t.TempDir()
-	if out, err := exec.Command("mount", append(args, dir)...).CombinedOutput(); err != nil {
-		t.Skipf("mount %s: %v: %s", strings.Join(args, " "), err, out)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
-			t.Errorf("umount %s: %v: %s", dir, err, out)
-		}
-	})
-	return dir
-}
 
 // bioRunPlan runs plan text on one rank with workdir as the workdir, and
 // returns its phases.
@@ -214,7 +182,7 @@ func TestBioPermutation(t *testing.T) {
 // TestBlockIOWriteBytes: a size-bounded write moves exactly size bytes in
 // size/bs ops, through O_DIRECT on the disk, and leaves nothing behind.
 func TestBlockIOWriteBytes(t *testing.T) {
-	ph := bioRunPlan(t, bioDiskDir(t), `
+	ph := bioRunPlan(t, fstest.DiskDir(t), `
 [[phase]]
 kind = "blockio"
 rw = "write"
@@ -269,7 +237,7 @@ func TestBlockIOConcurrency(t *testing.T) {
 		}
 	}
 	defer func() { blockIOOpHook = nil }()
-	ph := bioRunPlan(t, bioDiskDir(t), `
+	ph := bioRunPlan(t, fstest.DiskDir(t), `
 [[phase]]
 kind = "blockio"
 rw = "randread"
@@ -299,7 +267,7 @@ func TestBlockIOOffsets(t *testing.T) {
 			mu.Unlock()
 		}
 		defer func() { blockIOOpHook = nil }()
-		bioPassed(t, bioRunPlan(t, bioDiskDir(t), "[[phase]]\nkind = \"blockio\"\n"+body)[0])
+		bioPassed(t, bioRunPlan(t, fstest.DiskDir(t), "[[phase]]\nkind = \"blockio\"\n"+body)[0])
 		return seen, order
 	}
 	seen, order := run("rw = \"randread\"\nbs = \"4KiB\"\nsize = \"1MiB\"\nrandom_seed = 9\n")
@@ -348,7 +316,7 @@ func TestBlockIOOffsets(t *testing.T) {
 // TestBlockIOMix: the read share of a mixed run is rwmixread within a few
 // percent, for a fixed seed, and fsync=N flushes every N writes.
 func TestBlockIOMix(t *testing.T) {
-	ph := bioRunPlan(t, bioDiskDir(t), `
+	ph := bioRunPlan(t, fstest.DiskDir(t), `
 [[phase]]
 kind = "blockio"
 rw = "randrw"
@@ -391,7 +359,7 @@ fsync_on_close = true
 // TestBlockIOTimeBased: a time-based run lasts at least its runtime, and
 // ramp_time ops are issued but not recorded.
 func TestBlockIOTimeBased(t *testing.T) {
-	ph := bioRunPlan(t, bioDiskDir(t), `
+	ph := bioRunPlan(t, fstest.DiskDir(t), `
 [[phase]]
 kind = "blockio"
 rw = "randread"
@@ -428,7 +396,7 @@ ramp_time = "200ms"
 // (Several ranks are exercised by the launcher tests; the offsets are
 // TestBioSegmentOffset's.)
 func TestBlockIOSharedFile(t *testing.T) {
-	ph := bioRunPlan(t, bioDiskDir(t), `
+	ph := bioRunPlan(t, fstest.DiskDir(t), `
 [[phase]]
 kind = "blockio"
 rw = "write"
@@ -448,7 +416,7 @@ shared_file = true
 // naming the path, the filesystem and the remedy; with direct_fallback it
 // passes buffered and records direct = 0.
 func TestBlockIODirectOnTmpfs(t *testing.T) {
-	dir := bioMount(t, "-t", "tmpfs", "-o", "size=64m", "tmpfs")
+	dir := fstest.Mount(t, "-t", "tmpfs", "-o", "size=64m", "tmpfs")
 	ph := bioRunPlan(t, dir, `
 [[phase]]
 kind = "blockio"
@@ -481,7 +449,7 @@ direct_fallback = true
 // TestBlockIODirectOnRamfs: ramfs refuses O_DIRECT at open (EINVAL), the
 // other path to the same decision.
 func TestBlockIODirectOnRamfs(t *testing.T) {
-	dir := bioMount(t, "-t", "ramfs", "ramfs")
+	dir := fstest.Mount(t, "-t", "ramfs", "ramfs")
 	p := &blockIO{cfg: defaultBlockIOConfig()}
 	p.cfg.Size, p.cfg.Direct = 64<<10, true
 	if err := p.cfg.Validate(); err != nil {
@@ -529,7 +497,7 @@ func TestBlockIOOnLoopXFS(t *testing.T) {
 	if out, err := exec.Command(mkfs, "-q", img).CombinedOutput(); err != nil {
 		t.Fatalf("mkfs.xfs: %v: %s", err, out)
 	}
-	dir := bioMount(t, "-o", "loop", img)
+	dir := fstest.Mount(t, "-o", "loop", img)
 	ph := bioRunPlan(t, dir, `
 [[phase]]
 kind = "blockio"
@@ -556,7 +524,7 @@ direct = true
 // TestBlockIOFadviseEvicts: with the fadvise cache policy, Setup leaves
 // the files it filled out of the page cache, so the timed reads are cold.
 func TestBlockIOFadviseEvicts(t *testing.T) {
-	dir := bioDiskDir(t)
+	dir := fstest.DiskDir(t)
 	resident := func(p *blockIO) int {
 		path := p.jobs[0].paths[0]
 		f, err := os.Open(path)
@@ -608,7 +576,7 @@ func TestBlockIOFadviseEvicts(t *testing.T) {
 // TestBlockIOVerifyCatchesCorruption: Verify compares read data with the
 // generator, so storage returning other bytes fails the phase.
 func TestBlockIOVerifyCatchesCorruption(t *testing.T) {
-	dir := bioDiskDir(t)
+	dir := fstest.DiskDir(t)
 	p := &blockIO{cfg: defaultBlockIOConfig()}
 	p.cfg.Size, p.cfg.Data = 256<<10, pio.GenDeterministic
 	if err := p.cfg.Validate(); err != nil {
@@ -638,7 +606,7 @@ func TestBlockIOVerifyCatchesCorruption(t *testing.T) {
 // TestBlockIOHotLoopAllocatesNothing runs a short job and checks that the
 // Go heap did not grow per op.
 func TestBlockIOHotLoopAllocatesNothing(t *testing.T) {
-	dir := bioDiskDir(t)
+	dir := fstest.DiskDir(t)
 	for _, tc := range []struct {
 		rw, engine string
 		fixed      bool

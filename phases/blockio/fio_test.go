@@ -15,6 +15,7 @@ import (
 	"testing/iotest"
 	"time"
 
+	"github.com/prism-hpc/prism/internal/fstest"
 	"github.com/prism-hpc/prism/phases"
 	"github.com/prism-hpc/prism/phases/phasestest"
 )
@@ -167,7 +168,7 @@ func needFio(t *testing.T) {
 // the job's configured size, and the ops equal size/bs.
 func TestFioPhaseBytes(t *testing.T) {
 	needFio(t)
-	ph := bioRunPlan(t, bioDiskDir(t), `
+	ph := bioRunPlan(t, fstest.DiskDir(t), `
 [[phase]]
 kind = "fio"
 options = ["rw=write", "bs=4k", "size=1m", "ioengine=psync"]
@@ -201,7 +202,7 @@ func TestFioJobFile(t *testing.T) {
 	needFio(t)
 	job := filepath.Join(t.TempDir(), "two.fio")
 	os.WriteFile(job, []byte("[global]\nbs=4k\nsize=256k\nioengine=psync\n\n[reader]\nrw=read\n\n; a writer\n[writer]\nrw=write\nfsync=16\n"), 0o644)
-	ph := bioRunPlan(t, bioDiskDir(t), `
+	ph := bioRunPlan(t, fstest.DiskDir(t), `
 [[phase]]
 kind = "fio"
 job_file = "`+job+`"
@@ -258,7 +259,7 @@ func keyOf(pe *phases.PlanError) string {
 // then kill), so an interrupted run does not wait out fio's runtime.
 func TestFioCancelled(t *testing.T) {
 	needFio(t)
-	dir := bioDiskDir(t)
+	dir := fstest.DiskDir(t)
 	p := &fioPhase{cfg: fioConfig{Binary: "fio", Options: FioOptions{"rw=read", "bs=4k", "size=1m", "time_based", "runtime=60", "ioengine=psync"}}}
 	if err := p.cfg.Validate(); err != nil {
 		t.Fatal(err)
@@ -291,7 +292,7 @@ kind = "fio"
 name = "seqw"
 options = ["rw=write", "bs=4k", "size=1m", "ioengine=psync", "numjobs=2"]
 layout = false
-`, phasestest.Workdir(bioDiskDir(t)), phasestest.Ranks(2))
+`, phasestest.Workdir(fstest.DiskDir(t)), phasestest.Ranks(2))
 	ph := res.Phase(t, "seqw")
 	if ph.Status != "passed" {
 		t.Fatalf("status %s: %s", ph.Status, ph.Error)
@@ -368,7 +369,7 @@ drop_caches = "none"
 kind = "fio"
 name = "live"
 options = ["rw=randread", "bs=4k", "size=4m", "ioengine=psync", "time_based", "runtime=4"]
-`, phasestest.Workdir(bioDiskDir(t)), phasestest.Progress(phases.ProgressLine, time.Second))
+`, phasestest.Workdir(fstest.DiskDir(t)), phasestest.Progress(phases.ProgressLine, time.Second))
 	ph := res.Phase(t, "live")
 	if ph.Status != "passed" {
 		t.Fatalf("status %s: %s", ph.Status, ph.Error)

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prism-hpc/prism/internal/fstest"
 	"github.com/prism-hpc/prism/phases"
 	"github.com/prism-hpc/prism/phases/phasestest"
 )
@@ -126,7 +127,7 @@ func TestFioJobFileSwappedAfterCheck(t *testing.T) {
 		t.Fatal(err)
 	}
 	os.WriteFile(job, []byte(checked+"exec_prerun=touch "+pwned+"\n"), 0o644)
-	env := phasestest.EnvIn(t, "fio", bioDiskDir(t))
+	env := phasestest.EnvIn(t, "fio", fstest.DiskDir(t))
 	if err := p.Setup(context.Background(), env); err != nil {
 		t.Fatal(err)
 	}

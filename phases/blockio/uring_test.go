@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/prism-hpc/prism/internal/fstest"
 	"github.com/prism-hpc/prism/io/uring"
 	"github.com/prism-hpc/prism/phases/phasestest"
 )
@@ -54,7 +55,7 @@ func TestURingWritesEveryBlock(t *testing.T) {
 	skipWithoutURing(t)
 	for _, extra := range []string{"", "fixedbufs = true\nregisterfiles = true"} {
 		t.Run(strings.ReplaceAll(extra, "\n", ","), func(t *testing.T) {
-			p := runPhase(t, bioDiskDir(t), "rw = \"randwrite\"\nsize = \"2MiB\"\nnrfiles = 2\njobs = 2\niodepth = 8\ndirect = true\nverify = true\n"+extra)
+			p := runPhase(t, fstest.DiskDir(t), "rw = \"randwrite\"\nsize = \"2MiB\"\nnrfiles = 2\njobs = 2\niodepth = 8\ndirect = true\nverify = true\n"+extra)
 			if p.engine != engineURing {
 				t.Fatalf("engine %q (%s)", p.engine, p.fellBack)
 			}
@@ -92,7 +93,7 @@ func TestURingWritesEveryBlock(t *testing.T) {
 func TestURingReadsContent(t *testing.T) {
 	skipWithoutURing(t)
 	for _, extra := range []string{"", "fixedbufs = true\nregisterfiles = true"} {
-		p := runPhase(t, bioDiskDir(t), "rw = \"read\"\nsize = \"256KiB\"\ndirect = true\ndata = \"deterministic\"\n"+extra)
+		p := runPhase(t, fstest.DiskDir(t), "rw = \"read\"\nsize = \"256KiB\"\ndirect = true\ndata = \"deterministic\"\n"+extra)
 		job := p.jobs[0]
 		want := make([]byte, job.bs)
 		p.gen.FillStream(want, job.stream, job.ppf-1)
@@ -110,7 +111,7 @@ func TestURingReadsContent(t *testing.T) {
 func TestURingFsyncEveryN(t *testing.T) {
 	skipWithoutURing(t)
 	for _, op := range []string{"fsync", "fdatasync"} {
-		ph := bioRunPlan(t, bioDiskDir(t), "[[phase]]\nkind = \"blockio\"\nrw = \"write\"\nsize = \"256KiB\"\niodepth = 8\n"+op+" = 4\n")
+		ph := bioRunPlan(t, fstest.DiskDir(t), "[[phase]]\nkind = \"blockio\"\nrw = \"write\"\nsize = \"256KiB\"\niodepth = 8\n"+op+" = 4\n")
 		bioPassed(t, ph[0])
 		if ph[0].Notes["ioengine"] != engineURing {
 			t.Fatalf("notes %v", ph[0].Notes)
@@ -125,7 +126,7 @@ func TestURingFsyncEveryN(t *testing.T) {
 // its runtime and records the engine.
 func TestURingTimeBased(t *testing.T) {
 	skipWithoutURing(t)
-	ph := bioRunPlan(t, bioDiskDir(t), "[[phase]]\nkind = \"blockio\"\nrw = \"randread\"\nsize = \"256KiB\"\niodepth = 4\ntime_based = true\nruntime = \"200ms\"\nramp_time = \"50ms\"\n")
+	ph := bioRunPlan(t, fstest.DiskDir(t), "[[phase]]\nkind = \"blockio\"\nrw = \"randread\"\nsize = \"256KiB\"\niodepth = 4\ntime_based = true\nruntime = \"200ms\"\nramp_time = \"50ms\"\n")
 	r := ph[0]
 	bioPassed(t, r)
 	issued, ramp := int64(r.Metrics["ops_issued"]), int64(r.Metrics["ramp_ops"])
@@ -140,7 +141,7 @@ func TestURingTimeBased(t *testing.T) {
 func TestURingFallback(t *testing.T) {
 	uring.SetSetupHookForTest(unix.EPERM)
 	defer uring.SetSetupHookForTest(nil)
-	ph := bioRunPlan(t, bioDiskDir(t), "[[phase]]\nkind = \"blockio\"\nrw = \"randwrite\"\nsize = \"256KiB\"\niodepth = 4\n")
+	ph := bioRunPlan(t, fstest.DiskDir(t), "[[phase]]\nkind = \"blockio\"\nrw = \"randwrite\"\nsize = \"256KiB\"\niodepth = 4\n")
 	r := ph[0]
 	bioPassed(t, r)
 	if r.Notes["ioengine"] != enginePsync || !strings.Contains(r.Notes["ioengine_fallback"], "operation not permitted") || r.Metrics["io_uring"] != 0 {
@@ -164,7 +165,7 @@ func TestURingFallback(t *testing.T) {
 // enters fails every time.
 func TestURingOneEnterPerBatch(t *testing.T) {
 	skipWithoutURing(t)
-	dir := bioDiskDir(t)
+	dir := fstest.DiskDir(t)
 	var enters int64
 	for try := 0; try < 3; try++ {
 		ph := bioRunPlan(t, dir, "[[phase]]\nkind = \"blockio\"\nrw = \"randread\"\nbs = \"4KiB\"\nsize = \"4MiB\"\niodepth = 16\n")
