@@ -77,7 +77,7 @@ count = 10
 		!strings.Contains(f.Error, "rank ") || !strings.Contains(f.Error, "filesystem is full") {
 		t.Errorf("failed phase: status %s rank %v error %q", f.Status, f.FailedRank, f.Error)
 	}
-	if f.FailedRank != nil && f.PerRank[*f.FailedRank].Error == "" {
+	if f.FailedRank != nil && f.PerRank.At(*f.FailedRank).Error == "" {
 		t.Errorf("per-rank row of rank %d has no error", *f.FailedRank)
 	}
 	if m.Phases[2].Status != "skipped" {
@@ -161,7 +161,7 @@ func TestRankFailureImmutableDir(t *testing.T) {
 	// The other ranks were alerted and stopped early instead of finishing
 	// their 200000 creates; they report what they did, without an error
 	// of their own.
-	for _, pr := range p.PerRank {
+	for _, pr := range p.PerRank.All() {
 		if pr.Rank != 2 && (pr.Error != "" || pr.Ops == 0 || pr.Ops >= 200000) {
 			t.Errorf("rank %d: ops %d error %q", pr.Rank, pr.Ops, pr.Error)
 		}

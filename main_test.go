@@ -178,11 +178,11 @@ func TestRunFourRanks(t *testing.T) {
 		t.Fatalf("%d phases", len(m.Phases))
 	}
 	for _, p := range m.Phases {
-		if p.Status != "passed" || p.Ranks != 4 || len(p.PerRank) != 4 {
-			t.Errorf("%s: status %s ranks %d rows %d", p.Name, p.Status, p.Ranks, len(p.PerRank))
+		if p.Status != "passed" || p.Ranks != 4 || p.PerRank.Len() != 4 {
+			t.Errorf("%s: status %s ranks %d rows %d", p.Name, p.Status, p.Ranks, p.PerRank.Len())
 		}
 		var sum, typed int64
-		for i, pr := range p.PerRank {
+		for i, pr := range p.PerRank.All() {
 			if pr.Rank != i || pr.Seconds <= 0 {
 				t.Errorf("%s: row %d = %+v", p.Name, i, pr)
 			}
@@ -399,7 +399,7 @@ func TestRunBindsRanks(t *testing.T) {
 		m := loadManifest(t, r)
 		host = m.Host
 		var got []string
-		for _, pr := range m.Phases[0].PerRank {
+		for _, pr := range m.Phases[0].PerRank.All() {
 			got = append(got, pr.CPUs)
 		}
 		if len(got) != 2 {

@@ -73,7 +73,7 @@ func checkSweep(t *testing.T, r result, kind, source string) {
 	for i, w := range want {
 		p := m.Phases[i]
 		var got []int
-		for _, pr := range p.PerRank {
+		for _, pr := range p.PerRank.All() {
 			got = append(got, pr.Rank)
 		}
 		if p.Name != w.name || p.Ranks != len(w.ranks) || p.Ops != w.ops || p.Status != "passed" || !equalInts(got, w.ranks) {
@@ -170,8 +170,8 @@ func TestQuickstartMPI(t *testing.T) {
 		t.Fatalf("comm %+v mpi %q", m.Comm, m.Host.MPILibrary)
 	}
 	for _, p := range m.Phases {
-		if len(p.PerRank) != 4 || p.Status != "passed" {
-			t.Errorf("%s: %d rows, %s", p.Name, len(p.PerRank), p.Status)
+		if p.PerRank.Len() != 4 || p.Status != "passed" {
+			t.Errorf("%s: %d rows, %s", p.Name, p.PerRank.Len(), p.Status)
 		}
 	}
 }
@@ -452,8 +452,8 @@ func TestRankFailureStopsPeersMPI(t *testing.T) {
 	if p.FailedRank == nil || *p.FailedRank != 2 || !strings.Contains(p.Error, "operation not permitted") || !strings.Contains(p.Error, "rank 2") {
 		t.Fatalf("failed rank %v error %q", p.FailedRank, p.Error)
 	}
-	if len(p.PerRank) != 3 {
-		t.Fatalf("%d per-rank rows", len(p.PerRank))
+	if p.PerRank.Len() != 3 {
+		t.Fatalf("%d per-rank rows", p.PerRank.Len())
 	}
 	// Ranks 0 and 1 were alerted and stopped early instead of finishing
 	// their creates; they report what they did, without an error of their
@@ -461,8 +461,8 @@ func TestRankFailureStopsPeersMPI(t *testing.T) {
 	// Their run step lasted about as long as rank 2's: the alert takes
 	// ~20 ms; the bound is generous for loaded machines, and far below the
 	// time of 200000 creates.
-	failedAt := p.PerRank[2].Seconds
-	for _, pr := range p.PerRank {
+	failedAt := p.PerRank.At(2).Seconds
+	for _, pr := range p.PerRank.All() {
 		t.Logf("rank %d: %d ops in %.3fs, error %q", pr.Rank, pr.Ops, pr.Seconds, pr.Error)
 		if pr.Rank == 2 {
 			continue
@@ -636,7 +636,7 @@ func TestBindLocalMPI(t *testing.T) {
 	m := loadManifest(t, r)
 	seen := map[int]int{}
 	total := 0
-	for _, pr := range m.Phases[0].PerRank {
+	for _, pr := range m.Phases[0].PerRank.All() {
 		got, err := spmd.ParseCPUList(pr.CPUs)
 		if err != nil || len(got) == 0 {
 			t.Fatalf("rank %d: cpus %q (%v)", pr.Rank, pr.CPUs, err)

@@ -336,7 +336,7 @@ func (c *multiCluster) clientVars() []string {
 // ranksPerHost counts a phase's per-rank rows by host.
 func ranksPerHost(p report.PhaseResult) map[string]int {
 	n := map[string]int{}
-	for _, pr := range p.PerRank {
+	for _, pr := range p.PerRank.All() {
 		n[pr.Host]++
 	}
 	return n
@@ -477,11 +477,11 @@ func TestMultiNode(t *testing.T) {
 			t.Fatalf("mpirun's map places %d ranks: %v\n%s", len(placement), placement, r.stdout)
 		}
 		for _, p := range m.Phases {
-			if p.Status != "passed" || len(p.PerRank) != 8 {
-				t.Errorf("%s: status %s, %d rows: %s", p.Name, p.Status, len(p.PerRank), p.Error)
+			if p.Status != "passed" || p.PerRank.Len() != 8 {
+				t.Errorf("%s: status %s, %d rows: %s", p.Name, p.Status, p.PerRank.Len(), p.Error)
 				continue
 			}
-			for _, pr := range p.PerRank {
+			for _, pr := range p.PerRank.All() {
 				if pr.Host != placement[pr.Rank] {
 					t.Errorf("%s: rank %d reports host %q, mpirun placed it on %q", p.Name, pr.Rank, pr.Host, placement[pr.Rank])
 				}

@@ -127,8 +127,8 @@ func TestSlurmBatch(t *testing.T) {
 	}
 	want := map[string]int64{"create_files": 4 * 25, "list_files": 4 + 4*4*25}
 	for _, p := range m.Phases {
-		if p.Status != "passed" || len(p.PerRank) != 4 || p.Ops != want[p.Kind] {
-			t.Errorf("%s: status %s, %d ranks, %d ops (want %d)", p.Name, p.Status, len(p.PerRank), p.Ops, want[p.Kind])
+		if p.Status != "passed" || p.PerRank.Len() != 4 || p.Ops != want[p.Kind] {
+			t.Errorf("%s: status %s, %d ranks, %d ops (want %d)", p.Name, p.Status, p.PerRank.Len(), p.Ops, want[p.Kind])
 		}
 	}
 	if ents, _ := os.ReadDir(work); len(ents) != 0 {

@@ -1115,7 +1115,7 @@ func (e *engine) runPhase(ctx context.Context, c spmd.Comm, s *Spec, sweep bool)
 		if e.o.Interrupted() != nil {
 			res.Status = report.StatusInterrupted
 		}
-		for _, r := range g.Rows {
+		for _, r := range g.Rows.All() {
 			if r.Error != "" {
 				rank := r.Rank
 				res.FailedRank = &rank

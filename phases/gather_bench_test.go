@@ -103,8 +103,8 @@ func BenchmarkGatherPhase10k(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if len(g.Rows) != benchRanks || len(hists) != 2 || g.Rows[benchRanks-1].Rank != benchRanks-1 || g.ByType["write"].Ops != benchRanks*500 {
-		b.Fatalf("gathered %d rows, %d histograms, %d writes", len(g.Rows), len(hists), g.ByType["write"].Ops)
+	if g.Rows.Len() != benchRanks || len(hists) != 2 || g.Rows.At(benchRanks-1).Rank != benchRanks-1 || g.ByType["write"].Ops != benchRanks*500 {
+		b.Fatalf("gathered %d rows, %d histograms, %d writes", g.Rows.Len(), len(hists), g.ByType["write"].Ops)
 	}
 	// Live heap of one gather's results on rank 0, measured once.
 	var m0, m1 runtime.MemStats

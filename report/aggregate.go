@@ -66,7 +66,7 @@ func FillGathered(pr *PhaseResult, g *Gathered, hists map[string]*hdr.Histogram,
 	}
 	pr.PerRank = g.Rows
 	pr.Bytes, pr.Ops, pr.Errors = 0, 0, 0
-	for i, r := range g.Rows {
+	for i, r := range g.Rows.All() {
 		pr.Bytes += r.Bytes
 		pr.Ops += r.Ops
 		pr.Errors += r.Errors
@@ -113,7 +113,7 @@ func FillGathered(pr *PhaseResult, g *Gathered, hists map[string]*hdr.Histogram,
 func fillHosts(pr *PhaseResult) {
 	pr.PerHost = nil
 	at := map[string]int{}
-	for _, r := range pr.PerRank {
+	for _, r := range pr.PerRank.All() {
 		i, ok := at[r.Host]
 		if !ok {
 			i = len(pr.PerHost)

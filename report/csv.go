@@ -132,7 +132,7 @@ func phaseNodes(p *PhaseResult) int {
 		return len(p.PerHost)
 	}
 	hosts := map[string]bool{}
-	for _, r := range p.PerRank {
+	for _, r := range p.PerRank.All() {
 		hosts[r.Host] = true
 	}
 	return len(hosts)

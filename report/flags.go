@@ -147,14 +147,14 @@ type unit struct {
 }
 
 func stragglers(p *PhaseResult, o FlagOptions) []Flag {
-	if len(p.PerRank) < 2 {
+	if p.PerRank.Len() < 2 {
 		return nil
 	}
-	ranks := make([]unit, len(p.PerRank))
+	ranks := make([]unit, p.PerRank.Len())
 	var hosts []unit
 	at := map[string]int{}
 	n := map[string]float64{}
-	for i, r := range p.PerRank {
+	for i, r := range p.PerRank.All() {
 		rank := r.Rank
 		ranks[i] = unit{rank: &rank, host: r.Host, secs: r.Seconds, bytes: float64(r.Bytes), ops: float64(r.Ops)}
 		j, ok := at[r.Host]

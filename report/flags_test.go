@@ -23,7 +23,11 @@ func TestFlagsSynthetic(t *testing.T) {
 }
 
 // work makes per-rank rows of {seconds, bytes, ops}, on host "h".
-func work(rows ...[3]float64) []RankResult {
+func work(rows ...[3]float64) RankRows {
+	return RowsOf(workRows(rows...)...)
+}
+
+func workRows(rows ...[3]float64) []RankResult {
 	var out []RankResult
 	for i, r := range rows {
 		out = append(out, RankResult{Rank: i, Host: "h", Seconds: r[0], Bytes: int64(r[1]), Ops: int64(r[2])})
@@ -34,11 +38,11 @@ func work(rows ...[3]float64) []RankResult {
 // The flags record rank, host, metric, value and median; with several
 // hosts, a host whose ranks did less on average is flagged as a whole.
 func TestImbalanceFlags(t *testing.T) {
-	rows := work([3]float64{1, 1000, 10}, [3]float64{1, 1000, 10}, [3]float64{1, 1000, 10}, [3]float64{1, 1000, 10}, [3]float64{1.5, 500, 5}, [3]float64{1.5, 500, 5})
+	rows := workRows([3]float64{1, 1000, 10}, [3]float64{1, 1000, 10}, [3]float64{1, 1000, 10}, [3]float64{1, 1000, 10}, [3]float64{1.5, 500, 5}, [3]float64{1.5, 500, 5})
 	for i := range rows {
 		rows[i].Host = []string{"a", "a", "b", "b", "c", "c"}[i]
 	}
-	got := FlagsWith(&Manifest{Phases: []PhaseResult{{Name: "w", Status: StatusPassed, Ranks: 6, PerRank: rows}}}, TolerantFlagOptions(0.2))
+	got := FlagsWith(&Manifest{Phases: []PhaseResult{{Name: "w", Status: StatusPassed, Ranks: 6, PerRank: RowsOf(rows...)}}}, TolerantFlagOptions(0.2))
 	var seen []string
 	for _, f := range got {
 		who := "host:" + f.Host
@@ -56,7 +60,7 @@ func TestImbalanceFlags(t *testing.T) {
 		t.Errorf("flags\n got %s\nwant %s", strings.Join(seen, " "), want)
 	}
 	// A looser tolerance lets the same phase through on bytes and ops.
-	for _, f := range FlagsWith(&Manifest{Phases: []PhaseResult{{Name: "w", Status: StatusPassed, Ranks: 6, PerRank: rows}}}, TolerantFlagOptions(0.6)) {
+	for _, f := range FlagsWith(&Manifest{Phases: []PhaseResult{{Name: "w", Status: StatusPassed, Ranks: 6, PerRank: RowsOf(rows...)}}}, TolerantFlagOptions(0.6)) {
 		if f.Kind == FlagImbalance {
 			t.Errorf("tolerance 0.6: %+v", f)
 		}
@@ -64,10 +68,10 @@ func TestImbalanceFlags(t *testing.T) {
 }
 
 func TestFlagRules(t *testing.T) {
-	rows := func(secs ...float64) []RankResult {
-		var out []RankResult
+	rows := func(secs ...float64) RankRows {
+		var out RankRows
 		for i, s := range secs {
-			out = append(out, RankResult{Rank: i, Host: "h", Seconds: s})
+			out.Append(RankResult{Rank: i, Host: "h", Seconds: s})
 		}
 		return out
 	}

@@ -9,12 +9,13 @@ import (
 )
 
 // Gathered is rank 0's view of one phase's rank records: the per-rank rows
-// the manifest keeps, and the per-op counters and metrics summed over the
-// ranks as each record is decoded, so that rank 0 holds one row per rank
-// and no per-rank maps (at 10,000 ranks the records decoded into maps were
-// ~6 MB and 160,000 allocations per phase).
+// the manifest keeps, packed, and the per-op counters and metrics summed
+// over the ranks as each record is decoded, so that rank 0 holds one
+// packed row per rank and no per-rank maps (at 10,000 ranks the records
+// decoded into maps were ~6 MB and 160,000 allocations per phase, and the
+// rows as RankResults ~1 MB).
 type Gathered struct {
-	Rows    []RankResult
+	Rows    RankRows
 	ByType  map[string]OpCount
 	Metrics map[string]float64 // summed over the ranks; nil when none
 	// Timeline is the phase's time series summed over the ranks, set by
@@ -25,12 +26,12 @@ type Gathered struct {
 	SeriesWidthNs, SeriesExtentNs int64
 	byType                        map[string]*OpCount
 	metrics                       map[string]*float64
-	strs                          map[string]string // interned hosts, CPU lists, op and metric names
+	strs                          map[string]string // interned op and metric names
 }
 
 // NewGathered returns an empty Gathered for n ranks.
 func NewGathered(n int) *Gathered {
-	return &Gathered{Rows: make([]RankResult, 0, n), byType: map[string]*OpCount{}, metrics: map[string]*float64{}, strs: map[string]string{}}
+	return &Gathered{Rows: RankRows{off: make([]uint32, 0, n)}, byType: map[string]*OpCount{}, metrics: map[string]*float64{}, strs: map[string]string{}}
 }
 
 // Gather folds records, in rank order, into a Gathered: what rank 0 builds
@@ -65,8 +66,10 @@ func (g *Gathered) SeriesLen() int {
 	return int((g.SeriesExtentNs + g.SeriesWidthNs - 1) / g.SeriesWidthNs)
 }
 
-// Done settles the sums into ByType and Metrics and returns g.
+// Done settles the sums into ByType and Metrics, trims the rows, and
+// returns g.
 func (g *Gathered) Done() *Gathered {
+	g.Rows.trim()
 	g.ByType = make(map[string]OpCount, len(g.byType))
 	for op, c := range g.byType {
 		g.ByType[op] = *c
@@ -177,7 +180,7 @@ func (d *recordReader) fail() {
 }
 
 // intern returns b as a string shared by every rank that sent the same
-// bytes (host names, CPU lists, op names repeat across ranks).
+// bytes (op and metric names repeat across ranks).
 func (g *Gathered) intern(b []byte) string {
 	if s, ok := g.strs[string(b)]; ok {
 		return s
@@ -194,13 +197,11 @@ func (g *Gathered) Add(b []byte) error {
 		return fmt.Errorf("%w: version %v, want %d (every rank must run the same prism)", errRecord, b[:min(len(b), 1)], recordVersion)
 	}
 	d := recordReader{b: b[1:]}
-	row := RankResult{Rank: int(d.varint()), Host: g.intern(d.bytes())}
+	row := RankResult{Rank: int(d.varint())}
+	host := d.bytes()
 	row.Ops, row.Bytes, row.Errors, row.MaxLatencyNs = d.varint(), d.varint(), d.varint(), d.varint()
 	row.Seconds = d.float()
-	if e := d.bytes(); len(e) > 0 {
-		row.Error = string(e)
-	}
-	row.CPUs = g.intern(d.bytes())
+	msg, cpus := d.bytes(), d.bytes()
 	for n := d.count(); n > 0 && d.err == nil; n-- {
 		name := d.bytes()
 		c := g.byType[string(name)]
@@ -235,6 +236,6 @@ func (g *Gathered) Add(b []byte) error {
 	if d.err != nil {
 		return d.err
 	}
-	g.Rows = append(g.Rows, row)
+	appendRow(&g.Rows, &row, host, cpus, msg)
 	return nil
 }

@@ -15,10 +15,10 @@ func TestGatheredRoundTrip(t *testing.T) {
 			OpsByType: map[string]OpCount{"write": {Ops: 7, Bytes: 700, Errors: 2}}, Metrics: map[string]float64{"au": 0.25, "x": 3}},
 	}
 	g := Gather(recs)
-	if len(g.Rows) != 2 {
-		t.Fatalf("%d rows", len(g.Rows))
+	if g.Rows.Len() != 2 {
+		t.Fatalf("%d rows", g.Rows.Len())
 	}
-	r := g.Rows[1]
+	r := g.Rows.At(1)
 	if r.Rank != 1 || r.Host != "cn1" || r.Ops != 7 || r.Bytes != -1 || r.Errors != 2 || r.MaxLatencyNs != 1<<40 || r.Seconds != 2.5 || r.Error != "rank 1: EIO" || r.CPUs != "4-7" {
 		t.Errorf("row 1: %+v", r)
 	}
@@ -54,7 +54,7 @@ func FuzzGatheredAdd(f *testing.F) {
 	f.Add([]byte{recordVersion, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		g := NewGathered(1)
-		if g.Add(b) == nil && len(g.Rows) != 1 {
+		if g.Add(b) == nil && g.Rows.Len() != 1 {
 			t.Fatalf("accepted without a row")
 		}
 	})

@@ -464,7 +464,7 @@ func instancePlots(page *htmlPage, name string, k int, at []runPhase) ([]templat
 	// Per-rank busy seconds, with the straggler limit, and bytes.
 	maxSec, maxBytes := 0.0, 0.0
 	for _, rp := range at {
-		for _, r := range rp.p.PerRank {
+		for _, r := range rp.p.PerRank.All() {
 			maxSec = math.Max(maxSec, r.Seconds)
 			maxBytes = math.Max(maxBytes, float64(r.Bytes))
 		}
@@ -474,13 +474,13 @@ func instancePlots(page *htmlPage, name string, k int, at []runPhase) ([]templat
 	bunit, bdiv := byteUnit(maxBytes)
 	var secs, byts []barGroup
 	for _, rp := range at {
-		if len(rp.p.PerRank) == 0 {
+		if rp.p.PerRank.Len() == 0 {
 			continue
 		}
 		g := barGroup{label: page.Runs[rp.run].Label, color: paletteColor(rp.run)}
 		b := g
-		all := make([]float64, len(rp.p.PerRank))
-		for i, r := range rp.p.PerRank {
+		all := make([]float64, rp.p.PerRank.Len())
+		for i, r := range rp.p.PerRank.All() {
 			g.values = append(g.values, r.Seconds/div)
 			b.values = append(b.values, float64(r.Bytes)/bdiv)
 			all[i] = r.Seconds

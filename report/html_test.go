@@ -111,7 +111,7 @@ func browserManifest() *Manifest {
 	save.MetricArrays = map[string][]float64{"load_ckpt_seconds": {0.2, 0.3, 0.4}}
 	failed := PhaseResult{Index: 5, Name: "nothing", Kind: "list_files", Status: StatusFailed, Ranks: 8, Error: "setup failed: ENOSPC", Expect: []Verdict{}}
 	for r := 0; r < 8; r++ {
-		failed.PerRank = append(failed.PerRank, RankResult{Rank: r, Host: "node001"})
+		failed.PerRank.Append(RankResult{Rank: r, Host: "node001"})
 	}
 	m.Phases = append(m.Phases, save, failed)
 	return m
@@ -329,7 +329,7 @@ func TestHTMLEdgeCases(t *testing.T) {
 	m.Phases = append(m.Phases, PhaseResult{Name: "nothing", Kind: "list_files", Status: StatusFailed, Ranks: 8, Error: "setup failed"})
 	wide := PhaseResult{Name: "wide", Kind: "create_files", Status: StatusPassed, Ranks: 1000}
 	for r := 0; r < 1000; r++ {
-		wide.PerRank = append(wide.PerRank, RankResult{Rank: r, Seconds: 1 + float64(r%7)/10, Bytes: 4096})
+		wide.PerRank.Append(RankResult{Rank: r, Seconds: 1 + float64(r%7)/10, Bytes: 4096})
 	}
 	m.Phases = append(m.Phases, wide)
 	page = htmlOf(t, []*Manifest{m}, HTMLOptions{}, 15+2)

@@ -134,9 +134,9 @@ type PhaseResult struct {
 	OpsByType      map[string]OpStats `json:"ops_by_type"`
 	// FirstDoneSeconds and LastDoneSeconds are the fastest and the slowest
 	// rank's busy time: their gap is the straggler spread.
-	FirstDoneSeconds float64      `json:"first_done_seconds"`
-	LastDoneSeconds  float64      `json:"last_done_seconds"`
-	PerRank          []RankResult `json:"per_rank"`
+	FirstDoneSeconds float64  `json:"first_done_seconds"`
+	LastDoneSeconds  float64  `json:"last_done_seconds"`
+	PerRank          RankRows `json:"per_rank"`
 	// PerHost sums the ranks of each host, in the order of their first
 	// rank; PerNode* are the aggregate rates over the number of hosts (the
 	// vendor PoC's "per node average").

@@ -116,8 +116,14 @@ func synthPhase(rng *rand.Rand, s phaseSpec, scale float64) PhaseResult {
 		pr.Status, pr.Error = s.status, s.err
 		rank := s.failedRank
 		pr.FailedRank = &rank
-		pr.PerRank[rank].Error = s.err
-		pr.PerRank[rank].Errors = 1
+		// The failed rank's row, set after Fill as a rank's error is:
+		// the hosts' sums stay as the golden files have them.
+		var rows []RankResult
+		for _, r := range pr.PerRank.All() {
+			rows = append(rows, r)
+		}
+		rows[rank].Error, rows[rank].Errors = s.err, 1
+		pr.PerRank = RowsOf(rows...)
 		pr.Errors = 1
 	}
 	return pr

@@ -94,10 +94,10 @@ format = %q
 				t.Errorf("metrics %v: want resharded 1 from %d ranks, not written in setup", ld.Metrics, tc.saved)
 			}
 			want := wantReshardBytes(t, tc.format, tc.saved, tc.newRanks)
-			if len(ld.PerRank) != tc.newRanks {
-				t.Fatalf("%d ranks in the load, want %d", len(ld.PerRank), tc.newRanks)
+			if ld.PerRank.Len() != tc.newRanks {
+				t.Fatalf("%d ranks in the load, want %d", ld.PerRank.Len(), tc.newRanks)
 			}
-			for _, pr := range ld.PerRank {
+			for _, pr := range ld.PerRank.All() {
 				if pr.Bytes != want[pr.Rank] {
 					t.Errorf("rank %d read %d tensor bytes, its new shard needs %d", pr.Rank, pr.Bytes, want[pr.Rank])
 				}
@@ -142,7 +142,7 @@ format = %q
 			if ld.Status != report.StatusFailed {
 				t.Fatalf("load %s, want failed", ld.Status)
 			}
-			for _, pr := range ld.PerRank {
+			for _, pr := range ld.PerRank.All() {
 				failed := strings.Contains(pr.Error, "CRC-32")
 				if failed != tc.failed[pr.Rank] {
 					t.Errorf("rank %d: error %q; want a CRC failure: %v", pr.Rank, pr.Error, tc.failed[pr.Rank])

@@ -32,7 +32,7 @@ func TestMetadataStormOnTwoRanks(t *testing.T) {
 				if got := ph.OpsByType[op].Ops; got != want {
 					t.Errorf("%s: %d %s ops, want %d (300 files per rank)", kind, got, op, want)
 				}
-				for _, row := range ph.PerRank {
+				for _, row := range ph.PerRank.All() {
 					if row.Errors != 0 {
 						t.Errorf("%s: rank %d: %d errors", kind, row.Rank, row.Errors)
 					}

@@ -90,10 +90,10 @@ func TestGatherMergesEveryRank(t *testing.T) {
 	if ph.Ops != 33 || ph.Bytes != 3300 {
 		t.Errorf("ops %d bytes %d, want 33 and 3300 (10+11+12 ops of 100 B)", ph.Ops, ph.Bytes)
 	}
-	if len(ph.PerRank) != 3 {
-		t.Fatalf("%d per-rank rows, want 3", len(ph.PerRank))
+	if ph.PerRank.Len() != 3 {
+		t.Fatalf("%d per-rank rows, want 3", ph.PerRank.Len())
 	}
-	for r, row := range ph.PerRank {
+	for r, row := range ph.PerRank.All() {
 		if row.Rank != r || row.Ops != int64(10+r) || row.Host != []string{"a", "b", "b"}[r] {
 			t.Errorf("per_rank[%d] = rank %d, %d ops, host %q", r, row.Rank, row.Ops, row.Host)
 		}
@@ -139,8 +139,8 @@ func TestSweepRunsEachSize(t *testing.T) {
 	}
 	for i, want := range []struct{ ranks, ops int64 }{{1, 5}, {2, 11}, {3, 18}} {
 		ph := res.Manifest.Phases[i]
-		if int64(ph.Ranks) != want.ranks || ph.Ops != want.ops || len(ph.PerRank) != int(want.ranks) {
-			t.Errorf("sweep size %d: ranks %d, ops %d, %d rows; want %d ranks, %d ops", i, ph.Ranks, ph.Ops, len(ph.PerRank), want.ranks, want.ops)
+		if int64(ph.Ranks) != want.ranks || ph.Ops != want.ops || ph.PerRank.Len() != int(want.ranks) {
+			t.Errorf("sweep size %d: ranks %d, ops %d, %d rows; want %d ranks, %d ops", i, ph.Ranks, ph.Ops, ph.PerRank.Len(), want.ranks, want.ops)
 		}
 	}
 }
@@ -157,8 +157,8 @@ func TestGroupRunsSideBySide(t *testing.T) {
 	if in.ConcurrentWith != "load" || load.ConcurrentWith != "ingest" {
 		t.Errorf("concurrent_with: %q and %q", in.ConcurrentWith, load.ConcurrentWith)
 	}
-	if load.PerRank[0].Rank != 1 || load.PerRank[1].Rank != 2 {
-		t.Errorf("load ran on world ranks %d, %d; want 1, 2", load.PerRank[0].Rank, load.PerRank[1].Rank)
+	if load.PerRank.At(0).Rank != 1 || load.PerRank.At(1).Rank != 2 {
+		t.Errorf("load ran on world ranks %d, %d; want 1, 2", load.PerRank.At(0).Rank, load.PerRank.At(1).Rank)
 	}
 }
 
@@ -217,7 +217,7 @@ func TestNodeSweep(t *testing.T) {
 	for i, w := range want {
 		p := res.Manifest.Phases[i]
 		got := map[string]int{}
-		for _, r := range p.PerRank {
+		for _, r := range p.PerRank.All() {
 			got[r.Host]++
 		}
 		n := 0

@@ -1,0 +1,189 @@
+package report
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"iter"
+	"math"
+)
+
+// RankRows is a phase's per-rank rows (the manifest's per_rank), packed:
+// at 10,000 ranks a []RankResult was 96 bytes a row, ~1 MB on rank 0 per
+// phase, where a packed row is ~25. Row i holds its rank as the difference
+// from i (0 for a phase on every rank), its host, CPU list and error as
+// indices into one table of the distinct strings, its counts as varints
+// and its seconds as the 8 bytes of the float, so that it reads back
+// exactly. In JSON it is the array of RankResult objects it always was.
+//
+// Like a slice, a RankRows is appended to by one owner: copies share
+// storage.
+type RankRows struct {
+	b    []byte   // the packed rows, one after another
+	off  []uint32 // where row i starts in b; nil for no rows at all (JSON null)
+	strs []string // the distinct hosts, CPU lists and errors; strs[0] is ""
+	ids  map[string]uint64
+}
+
+// RowsOf packs rows, for callers (tests, tools) that hold RankResults;
+// none is the JSON null, as a nil []RankResult was.
+func RowsOf(rows ...RankResult) RankRows {
+	var rr RankRows
+	if rows != nil {
+		rr.off = make([]uint32, 0, len(rows))
+	}
+	for _, r := range rows {
+		rr.Append(r)
+	}
+	rr.trim()
+	return rr
+}
+
+// Len is the number of rows.
+func (rr *RankRows) Len() int { return len(rr.off) }
+
+// Append adds r as the last row.
+func (rr *RankRows) Append(r RankResult) { appendRow(rr, &r, r.Host, r.CPUs, r.Error) }
+
+// appendRow packs the numbers of r and the strings host, cpus and msg,
+// which are strings or the bytes of a rank record: Gathered.Add packs a
+// record without making strings of its bytes.
+func appendRow[S string | []byte](rr *RankRows, r *RankResult, host, cpus, msg S) {
+	if rr.off == nil {
+		rr.off = []uint32{}
+	}
+	rr.off = append(rr.off, uint32(len(rr.b)))
+	b := binary.AppendVarint(rr.b, int64(r.Rank)-int64(len(rr.off)-1))
+	b = binary.AppendUvarint(b, strID(rr, host))
+	b = binary.AppendUvarint(b, strID(rr, cpus))
+	b = binary.AppendUvarint(b, strID(rr, msg))
+	for _, v := range [...]int64{r.Bytes, r.Ops, r.Errors, r.MaxLatencyNs} {
+		b = binary.AppendVarint(b, v)
+	}
+	rr.b = binary.LittleEndian.AppendUint64(b, math.Float64bits(r.Seconds))
+}
+
+// strID is s's index in the table of rr, added if new.
+func strID[S string | []byte](rr *RankRows, s S) uint64 {
+	if len(s) == 0 {
+		return 0
+	}
+	if rr.ids == nil { // none yet, or dropped by trim
+		rr.ids = make(map[string]uint64, len(rr.strs))
+		for i, t := range rr.strs {
+			rr.ids[t] = uint64(i)
+		}
+	}
+	if id, ok := rr.ids[string(s)]; ok {
+		return id
+	}
+	if len(rr.strs) == 0 {
+		rr.strs = []string{""}
+	}
+	t := string(s)
+	rr.strs = append(rr.strs, t)
+	rr.ids[t] = uint64(len(rr.strs) - 1)
+	return uint64(len(rr.strs) - 1)
+}
+
+// trim gives the rows back the room append left at the end and drops the
+// index of the strings (rebuilt by the next Append): what stays live with
+// a phase's result is the packed rows themselves.
+func (rr *RankRows) trim() {
+	if cap(rr.b)-len(rr.b) > len(rr.b)/16 {
+		rr.b = bytes.Clone(rr.b)
+	}
+	if cap(rr.off)-len(rr.off) > len(rr.off)/16 {
+		rr.off = append(make([]uint32, 0, len(rr.off)), rr.off...)
+	}
+	rr.ids = nil
+}
+
+// At is row i; it panics if i is out of range, as indexing a slice does.
+func (rr *RankRows) At(i int) RankResult {
+	r, _ := rr.decode(i, rr.b[rr.off[i]:])
+	return r
+}
+
+// decode reads row i from the start of b and returns the rest of b.
+func (rr *RankRows) decode(i int, b []byte) (RankResult, []byte) {
+	// Every field was written by appendRow: the reads cannot fail.
+	varint := func() int64 {
+		v, n := binary.Varint(b)
+		b = b[n:]
+		return v
+	}
+	str := func() string {
+		v, n := binary.Uvarint(b)
+		b = b[n:]
+		if v == 0 { // rr.strs is nil while every string is ""
+			return ""
+		}
+		return rr.strs[v]
+	}
+	r := RankResult{Rank: int(int64(i) + varint())}
+	r.Host, r.CPUs, r.Error = str(), str(), str()
+	r.Bytes, r.Ops, r.Errors, r.MaxLatencyNs = varint(), varint(), varint(), varint()
+	r.Seconds = math.Float64frombits(binary.LittleEndian.Uint64(b))
+	return r, b[8:]
+}
+
+// All yields every row with its index, in order.
+func (rr *RankRows) All() iter.Seq2[int, RankResult] {
+	return func(yield func(int, RankResult) bool) {
+		b := rr.b
+		for i := range rr.off {
+			var r RankResult
+			r, b = rr.decode(i, b)
+			if !yield(i, r) {
+				return
+			}
+		}
+	}
+}
+
+// Size is the bytes rr holds (the packed rows, their offsets and the
+// strings), for the tests that bound it.
+func (rr *RankRows) Size() int {
+	n := cap(rr.b) + 4*cap(rr.off) + 16*cap(rr.strs)
+	for _, s := range rr.strs {
+		n += len(s)
+	}
+	return n
+}
+
+// MarshalJSON writes the rows as the array of RankResult objects, each
+// encoded by encoding/json as a []RankResult's element was, one row at a
+// time: the rows are never all unpacked at once.
+func (rr RankRows) MarshalJSON() ([]byte, error) {
+	if rr.off == nil {
+		return []byte("null"), nil
+	}
+	var buf bytes.Buffer
+	buf.Grow(len(rr.off) * 160)
+	buf.WriteByte('[')
+	enc := json.NewEncoder(&buf)
+	for _, r := range rr.All() {
+		if err := enc.Encode(r); err != nil {
+			return nil, err
+		}
+		// Encode ends each value with a newline, which no encoded
+		// RankResult otherwise holds: it becomes the separator.
+		buf.Bytes()[buf.Len()-1] = ','
+	}
+	b := buf.Bytes()
+	if len(rr.off) > 0 {
+		b = b[:len(b)-1]
+	}
+	return append(b, ']'), nil
+}
+
+// UnmarshalJSON reads the array of RankResult objects (or null) and packs
+// it; a row of the wrong type is an error, after the rows that could be
+// read are packed, as encoding/json leaves a []RankResult.
+func (rr *RankRows) UnmarshalJSON(b []byte) error {
+	var rows []RankResult
+	err := json.Unmarshal(b, &rows)
+	*rr = RowsOf(rows...)
+	return err
+}
