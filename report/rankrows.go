@@ -159,30 +159,44 @@ func (rr *RankRows) Size() int {
 	return n
 }
 
-// MarshalJSON writes the rows as the array of RankResult objects, each
-// encoded by encoding/json as a []RankResult's element was, one row at a
-// time: the rows are never all unpacked at once.
+// MarshalJSON writes the rows as the array of RankResult objects,
+// encoded by encoding/json as the []RankResult they replaced, 256 rows at
+// a time: the rows are never all unpacked at once.
 func (rr RankRows) MarshalJSON() ([]byte, error) {
 	if rr.off == nil {
 		return []byte("null"), nil
 	}
 	var buf bytes.Buffer
-	buf.Grow(len(rr.off) * 160)
-	buf.WriteByte('[')
+	buf.Grow(len(rr.off)*160 + 2)
 	enc := json.NewEncoder(&buf)
+	chunk := make([]RankResult, 0, min(len(rr.off), 256))
+	flush := func() error {
+		at := buf.Len()
+		if err := enc.Encode(chunk); err != nil {
+			return err
+		}
+		// Encode wrote "[rows]\n": the chunks join into one array when
+		// each but the first opens with a comma and none closes.
+		if at > 0 {
+			buf.Bytes()[at] = ','
+		}
+		buf.Truncate(buf.Len() - 2)
+		chunk = chunk[:0]
+		return nil
+	}
 	for _, r := range rr.All() {
-		if err := enc.Encode(r); err != nil {
+		if chunk = append(chunk, r); len(chunk) == cap(chunk) {
+			if err := flush(); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if len(chunk) > 0 || buf.Len() == 0 {
+		if err := flush(); err != nil {
 			return nil, err
 		}
-		// Encode ends each value with a newline, which no encoded
-		// RankResult otherwise holds: it becomes the separator.
-		buf.Bytes()[buf.Len()-1] = ','
 	}
-	b := buf.Bytes()
-	if len(rr.off) > 0 {
-		b = b[:len(b)-1]
-	}
-	return append(b, ']'), nil
+	return append(buf.Bytes(), ']'), nil
 }
 
 // UnmarshalJSON reads the array of RankResult objects (or null) and packs

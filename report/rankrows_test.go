@@ -5,7 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"os"
+	"path/filepath"
 	"testing"
+
+	hdr "github.com/HdrHistogram/hdrhistogram-go"
 )
 
 // rowsSample has what the packing must keep: error and cpus omitted and
@@ -26,7 +30,13 @@ func rowsSample() []RankResult {
 // and inside an indented manifest; it reads back the rows it was given,
 // and an old manifest's per_rank reads as those rows.
 func TestRankRowsJSONAsBefore(t *testing.T) {
-	for _, rows := range [][]RankResult{nil, {}, rowsSample()[:1], rowsSample()} {
+	var many []RankResult // past the 256 rows MarshalJSON encodes at a time
+	for i := range 600 {
+		r := rowsSample()[i%6]
+		r.Ops = int64(i)
+		many = append(many, r)
+	}
+	for _, rows := range [][]RankResult{nil, {}, rowsSample()[:1], rowsSample(), many[:256], many[:257], many} {
 		want, err := json.Marshal(rows)
 		if err != nil {
 			t.Fatal(err)
@@ -161,15 +171,95 @@ func TestGatheredRowsAreTheRecords(t *testing.T) {
 // CPU list, a few hundred ops) takes at most 32 bytes, where a RankResult
 // took 96: what keeps rank 0's gather under 1 MB.
 func TestRankRowsPackedSize(t *testing.T) {
-	var recs []RankRecord
-	for r := range 10000 {
-		recs = append(recs, RankRecord{Rank: r, Host: fmt.Sprintf("cn%05d.hpc.example.org", r/64), Ops: 1000, Bytes: 1000 * 4096,
-			MaxNs: 3_000_000 + int64(r), Seconds: 0.61 + float64(r%1000)/1e4, CPUs: fmt.Sprintf("%d-%d", r%64*2, r%64*2+1)})
-	}
-	g := Gather(recs)
+	g := Gather(rows10k())
 	per := float64(g.Rows.Size()) / float64(g.Rows.Len())
 	if per > 32 {
 		t.Errorf("%.1f bytes a row (%d for %d rows), want at most 32", per, g.Rows.Size(), g.Rows.Len())
 	}
 	t.Logf("%.1f bytes a row", per)
+}
+
+// rows10k is a 10,000-rank phase's rows, 64 ranks a host.
+func rows10k() []RankRecord {
+	var recs []RankRecord
+	for r := range 10000 {
+		recs = append(recs, RankRecord{Rank: r, Host: fmt.Sprintf("cn%05d.hpc.example.org", r/64), Ops: 1000, Bytes: 1000 * 4096,
+			MaxNs: 3_000_000 + int64(r), Seconds: 0.61 + float64(r%1000)/1e4, CPUs: fmt.Sprintf("%d-%d", r%64*2, r%64*2+1),
+			OpsByType: map[string]OpCount{"write": {Ops: 1000, Bytes: 1000 * 4096}}})
+	}
+	return recs
+}
+
+// What the JSON of a 10,000-rank phase's per_rank costs to write
+// (MarshalIndent, as WriteManifest does) and to read, packed and as the
+// []RankResult it replaced.
+func BenchmarkPerRankJSON10k(b *testing.B) {
+	g := Gather(rows10k())
+	var slice []RankResult
+	for _, r := range g.Rows.All() {
+		slice = append(slice, r)
+	}
+	type oldPhase struct {
+		PerRank []RankResult `json:"per_rank"`
+	}
+	type newPhase struct {
+		PerRank RankRows `json:"per_rank"`
+	}
+	enc, _ := json.MarshalIndent(oldPhase{slice}, "", "  ")
+	for _, tc := range []struct {
+		name string
+		v    any
+	}{{"packed", newPhase{g.Rows}}, {"slice", oldPhase{slice}}} {
+		b.Run("write/"+tc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := json.MarshalIndent(tc.v, "", "  "); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(len(enc)), "json-bytes")
+		})
+	}
+	b.Run("read/packed", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var p newPhase
+			if err := json.Unmarshal(enc, &p); err != nil || p.PerRank.Len() != 10000 {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("read/slice", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var p oldPhase
+			if err := json.Unmarshal(enc, &p); err != nil || len(p.PerRank) != 10000 {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// A whole manifest of one 10,000-rank phase (its rows, per-host sums and
+// histograms) written by WriteManifest, as rank 0 writes it after the phase.
+func BenchmarkWriteManifest10k(b *testing.B) {
+	h := NewHistogram()
+	for i := range 5000 {
+		_ = h.RecordValue(int64(20000 + i*37))
+	}
+	pr := PhaseResult{Name: "write", Kind: "create_files", Status: StatusPassed, Ranks: 10000}
+	if err := Fill(&pr, rows10k(), map[string]*hdr.Histogram{"write": h}, []float64{1.2}); err != nil {
+		b.Fatal(err)
+	}
+	m := &Manifest{SchemaVersion: SchemaVersion, Tool: "prism", Status: StatusPassed, Phases: []PhaseResult{pr}}
+	path := filepath.Join(b.TempDir(), "manifest.json")
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := WriteManifest(path, m); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if st, err := os.Stat(path); err == nil {
+		b.ReportMetric(float64(st.Size()), "file-bytes")
+	}
 }
