@@ -123,4 +123,9 @@ func BenchmarkGatherPhase10k(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(live), "rank0-live-bytes")
+	// Issue 23's bound for rank 0 per phase: the packed rows (~300 KB)
+	// and the two merged histograms (~540 KB).
+	if live >= 1e6 {
+		b.Errorf("rank 0 holds %d bytes after the gather, want < 1 MB", live)
+	}
 }
