@@ -52,18 +52,27 @@ fuzz:
 # cells run when MDTEST and IOR name those binaries (built from hpc/ior,
 # not packaged); the S3 cells need VersityGW,
 # built from the module proxy like make test-go does.
+# Every side-by-side script appends its samples to BENCH_TABLE (paired.py's
+# format); the last step prints them as one table with the machine, the
+# date and the load at start and end. The file stays for a later look.
+BENCH_TABLE ?= $(or $(TMPDIR),/tmp)/prism-bench-table.tsv
 bench: build
 	@.ci/deps.sh --bench
-	$(GOENV) $(GO) test $(TAGS) -run '^$$' -bench . -benchmem ./report ./phases/... ./spmd
+	printf '#start\t%s\t%s\n' "$$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$$(cut -d' ' -f1-3 /proc/loadavg)" >$(BENCH_TABLE)
+	{ $(GOENV) $(GO) test $(TAGS) -run '^$$' -bench . -benchmem ./report ./phases/... ./spmd; echo $$? >$(BENCH_TABLE).rc; } | tee $(BENCH_TABLE).go; exit "$$(cat $(BENCH_TABLE).rc)"
+	awk '$$1 ~ /^BenchmarkGatherPhase10k/ { for (i = 3; i <= NF; i++) if ($$i == "ns/op") printf "gather 10k ranks\tprism\t1\t%.2f\tms/phase\n", $$(i - 1) / 1e6 }' \
+		$(BENCH_TABLE).go >>$(BENCH_TABLE)
 	$(GO) build -trimpath -o bin/gofloor ./phases/bench/gofloor
-	PRISM_BIN=$(abspath $(BIN)) GOFLOOR_BIN=$(abspath bin/gofloor) ./phases/bench/metadata.sh
+	PRISM_BIN=$(abspath $(BIN)) GOFLOOR_BIN=$(abspath bin/gofloor) BENCH_TABLE=$(BENCH_TABLE) ./phases/bench/metadata.sh
 	PRISM_BIN=$(abspath $(BIN)) ./phases/bench/coord.sh
-	PRISM_BIN=$(abspath $(BIN)) ./phases/bench/checkpoint.sh
-	PRISM_BIN=$(abspath $(BIN)) ./phases/bench/blockio.sh
+	PRISM_BIN=$(abspath $(BIN)) BENCH_TABLE=$(BENCH_TABLE) ./phases/bench/checkpoint.sh
+	PRISM_BIN=$(abspath $(BIN)) BENCH_TABLE=$(BENCH_TABLE) ./phases/bench/blockio.sh
 	PRISM_BIN=$(abspath $(BIN)) ./phases/bench/progress.sh
-	PRISM_BIN=$(abspath $(BIN)) ./phases/bench/workflow.sh
+	PRISM_BIN=$(abspath $(BIN)) BENCH_TABLE=$(BENCH_TABLE) ./phases/bench/workflow.sh
 	$(GO) test -count=1 -timeout 12m -run '^TestBinary$$' ./io/s3/s3test
 	$(GO) run ./io/s3/bench
+	@echo
+	@python3 phases/bench/paired.py --bench $(BENCH_TABLE)
 
 lint:
 	@test -z "$$(gofmt -l .)" || { echo "gofmt needed:"; gofmt -l .; exit 1; }

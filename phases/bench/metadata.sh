@@ -56,6 +56,9 @@
 #              from 4 rounds on; use 10 or more to judge a +-0.02 effect)
 #   OPS        which ops to compare (default "create stat rename unlink")
 #   SAMPLES    file to append the raw samples to (side op ranks round ops/s)
+#   BENCH_TABLE  a file to append the samples to in paired.py's format, for
+#              make bench's one combined table: cell "meta OP -nRANKS", peer
+#              "floor.c" or "gofloor"
 #   STRICT=1   exit 1 when a median ratio is below the target
 set -euo pipefail
 
@@ -193,6 +196,9 @@ for ((r = 0; r < ROUNDS; r++)); do
 done
 
 [[ -z ${SAMPLES:-} ]] || cat "$samples" >>"$SAMPLES"
+[[ -z ${BENCH_TABLE:-} ]] || awk -F'\t' -v OFS='\t' '
+	{ side = $1 == "floor" ? "floor.c" : $1 == "go" ? "gofloor" : $1; print "meta " $2 " -n" $3, side, $4, $5, "ops/s" }' \
+	"$samples" >>"$BENCH_TABLE"
 python3 - "$samples" "$TARGET" "${STRICT:-0}" "$fsnote" "$here" <<'PY'
 import statistics, sys
 from collections import defaultdict

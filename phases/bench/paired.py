@@ -15,11 +15,22 @@ As a script: paired.py SAMPLES.tsv [TITLE] prints one table. SAMPLES has
 one sample per line, tab-separated: cell, side, round, value, unit, where
 value is a rate (higher is better) and side "prism" is compared against
 every other side of the same cell, in the order the sides first appear.
-A line "cell<TAB>skip<TAB>reason" prints the cell as not run.
+A line "cell<TAB>skip<TAB>reason" prints the cell as not run; a cell with
+only prism's side (no peer exists) prints prism's median alone; lines
+starting with "#" are ignored.
+
+paired.py --bench SAMPLES.tsv is make bench's final step: SAMPLES is the
+file every bench script appended its samples to (BENCH_TABLE), whose first
+line make wrote as "#start<TAB>date<TAB>load"; it prints the machine (CPU
+model, vCPUs, memory, kernel), the date and the load at start and now, then
+the one table of every cell.
 """
+import os
+import platform
 import random
 import statistics
 import sys
+import time
 from collections import defaultdict
 
 
@@ -53,6 +64,8 @@ def table(path, title=""):
     cells, sides, units, skipped = [], defaultdict(list), {}, {}
     s = defaultdict(lambda: defaultdict(list))  # (cell, side) -> round -> samples
     for line in open(path):
+        if line.startswith("#") or not line.strip():
+            continue
         f = line.rstrip("\n").split("\t")
         if len(f) >= 2 and f[0] not in cells:
             cells.append(f[0])
@@ -66,14 +79,18 @@ def table(path, title=""):
         s[cell, side][int(r)].append(float(v))
     if title:
         print(title)
-    head = f"{'cell':<22} {'peer':<18} {'unit':<8} {'prism':>9} {'peer':>9} {'prism÷peer':>10} {'90% CI':<11}  per round"
+    head = f"{'cell':<26} {'peer':<18} {'unit':<8} {'prism':>9} {'peer':>9} {'prism÷peer':>10} {'90% CI':<11}  per round"
     print(head)
     print("-" * len(head))
     for cell in cells:
         if cell in skipped:
-            print(f"{cell:<22} {'-':<18} {'-':<8} {'not run: ' + skipped[cell]}")
+            print(f"{cell:<26} {'-':<18} {'-':<8} {'not run: ' + skipped[cell]}")
             continue
         p = s[cell, "prism"]
+        if sides[cell] == ["prism"]:
+            pm = statistics.median(v for vs in p.values() for v in vs)
+            print(f"{cell:<26} {'(no peer)':<18} {units[cell]:<8} {fmt_rate(pm):>9} {'-':>9} {'-':>10} {'-':<11}")
+            continue
         for peer in sides[cell]:
             if peer == "prism":
                 continue
@@ -83,10 +100,44 @@ def table(path, title=""):
                 continue
             pm = statistics.median(v for vs in p.values() for v in vs)
             qm = statistics.median(v for vs in q.values() for v in vs)
-            print(f"{cell:<22} {peer:<18} {units[cell]:<8} {fmt_rate(pm):>9} {fmt_rate(qm):>9} "
+            print(f"{cell:<26} {peer:<18} {units[cell]:<8} {fmt_rate(pm):>9} {fmt_rate(qm):>9} "
                   f"{statistics.median(ratios):>10.2f} {fmt_interval(interval(ratios)):<11}  "
                   + " ".join(f"{x:.2f}" for x in ratios))
 
 
+def machine():
+    """CPU model, vCPUs, memory and kernel of this machine, in one line."""
+    model = "?"
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+        mem = next(int(l.split()[1]) for l in open("/proc/meminfo") if l.startswith("MemTotal:"))
+        mem = f"{mem / 2**20:.1f} GiB"
+    except (OSError, StopIteration):
+        mem = "?"
+    return f"{model}, {os.cpu_count()} vCPUs, {mem} memory, kernel {platform.release()}"
+
+
+def bench(path):
+    start = next((l.rstrip("\n").split("\t") for l in open(path) if l.startswith("#start\t")), None)
+    load = " ".join(open("/proc/loadavg").read().split()[:3])
+    print("prism make bench: every cell, prism against its peer, side by side on this machine")
+    print(f"machine: {machine()}")
+    if start:
+        print(f"date: {start[1]} to {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}")
+        print(f"load average (1, 5, 15 min): {start[2]} at start, {load} at end")
+    else:
+        print(f"date: {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}, load {load}")
+    print("rates: median of all measured samples; prism÷peer: median over rounds of the in-round ratio")
+    print("of medians (above 1 prism is faster), 90% bootstrap interval over rounds (4 or more rounds)")
+    print()
+    table(path)
+
+
 if __name__ == "__main__":
-    table(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "")
+    if sys.argv[1:2] == ["--bench"]:
+        bench(sys.argv[2])
+    else:
+        table(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "")

@@ -44,6 +44,7 @@
 #   PYTHON     the Python of the peers (default /usr/bin/python3)
 #   CELLS      which cells to run (default "tar untar md5 list md ior")
 #   SAMPLES    file to append the raw samples to (cell side round value unit)
+#   BENCH_TABLE  the same, for make bench's one combined table (paired.py --bench)
 set -euo pipefail
 
 : "${PRISM_BIN:?set PRISM_BIN to the absolute path of bin/prism}"
@@ -319,6 +320,7 @@ awk -F'\t' '$3 != 0' "$samples" >"$work/kept.tsv"
 [[ -n ${MDTEST:-} || " ${CELLS:-md} " != *" md "* ]] || printf 'md create\tskip\tset MDTEST=/path (build from hpc/ior)\nmd stat\tskip\tset MDTEST=/path (build from hpc/ior)\nmd unlink\tskip\tset MDTEST=/path (build from hpc/ior)\n' >>"$work/kept.tsv"
 [[ -n ${IOR:-} || " ${CELLS:-ior} " != *" ior "* ]] || printf 'ior write\tskip\tset IOR=/path (build from hpc/ior)\nior read\tskip\tset IOR=/path (build from hpc/ior)\n' >>"$work/kept.tsv"
 [[ -z ${SAMPLES:-} ]] || cat "$work/kept.tsv" >>"$SAMPLES"
+[[ -z ${BENCH_TABLE:-} ]] || cat "$work/kept.tsv" >>"$BENCH_TABLE"
 echo
 "$PYTHON" "$here/paired.py" "$work/kept.tsv" \
 	"rates: median of all measured runs; prism÷peer: median over rounds of the in-round ratio of medians, 90% bootstrap interval over rounds"
