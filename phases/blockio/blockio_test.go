@@ -784,7 +784,7 @@ func BenchmarkBlockIOLoop(b *testing.B) {
 			b.Cleanup(func() { os.RemoveAll(d) })
 		}
 	}
-	for _, name := range []string{"psync/randread", "psync/read", "io_uring/randread", "io_uring/read"} {
+	for _, name := range []string{"psync/randread", "psync/read", "io_uring/randread", "io_uring/read", "psync/write", "io_uring/write"} {
 		engine, rw, _ := strings.Cut(name, "/")
 		b.Run(name, func(b *testing.B) {
 			p := &blockIO{cfg: defaultBlockIOConfig()}
@@ -851,5 +851,17 @@ func TestProcBudget(t *testing.T) {
 	b.release(4)
 	if got := runtime.GOMAXPROCS(0); got != base {
 		t.Errorf("GOMAXPROCS %d after both, want %d", got, base)
+	}
+}
+
+// BenchmarkBioStamp is the scramble's CPU cost per 1 MiB write, to set
+// beside the write itself (tens of µs into the page cache, hundreds to a
+// disk).
+func BenchmarkBioStamp(b *testing.B) {
+	job := &bioJob{seed: 7, stream: 3}
+	buf := pio.AlignedBuffer(1<<20, 4096)
+	b.SetBytes(int64(len(buf)))
+	for i := int64(0); b.Loop(); i++ {
+		job.stamp(buf, 0, i<<20, 0)
 	}
 }
