@@ -79,6 +79,7 @@ func TestBlockIOPlanErrors(t *testing.T) {
 		{"buffer pool", "buffer_pool = \"1KiB\"", "buffer_pool", "out of range"},
 		{"scramble with a pool", "rw = \"write\"\nbuffer_pool = \"1MiB\"\nscramble_buffers = true", "scramble_buffers", "buffer_pool is shared"},
 		{"scramble of zeros", "rw = \"write\"\ndata = \"zero\"\nscramble_buffers = true", "scramble_buffers", "exact content"},
+		{"scramble of tiny blocks", "rw = \"write\"\nbs = 100\nsize = 1000\nscramble_buffers = true", "scramble_buffers", "512-byte sector"},
 		{"scramble of compressible data", "rw = \"write\"\ncompressible = 40\nscramble_buffers = true", "scramble_buffers", "compress"},
 	}
 	for _, tc := range cases {
