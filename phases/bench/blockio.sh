@@ -36,6 +36,10 @@
 # lays out its own fresh file (untimed) and its files are removed after
 # its run, so neither reads the other's or a stale one.
 #
+# Writes carry each side's default data: fio's one buffer per I/O unit
+# with scramble_buffers=1, prism's one buffer per request in flight with
+# scramble_buffers = true (every 512-byte sector stamped per write).
+#
 # What is divided by what: prism's figure is its manifest's
 # bytes_per_sec, the bytes moved over the wall of the phase's Run (from
 # just before the workers start to the last completion; ring setup, file

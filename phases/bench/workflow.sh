@@ -17,7 +17,7 @@
 #              delete_files (COUNT files, empty) vs mdtest -F -n COUNT -C -T
 #              -r, ops/s; only with MDTEST=/path/to/mdtest
 #   ior write / ior read   blockio (psync, 1 MiB ops, IOR_SIZE, fsync at
-#              close, one 1 MiB buffer as IOR's) vs ior -a POSIX -F -t 1m -b IOR_SIZE -w -r -e, MiB/s;
+#              close, its default one 1 MiB buffer, stamped per write) vs ior -a POSIX -F -t 1m -b IOR_SIZE -w -r -e, MiB/s;
 #              only with IOR=/path/to/ior
 # The page cache is warm on both sides (drop_caches = "none"; every side's
 # warm-up run reads the input first): this compares the tools' own costs,
@@ -209,10 +209,10 @@ bs = "1MiB"
 size = "$IOR_SIZE"
 ioengine = "psync"
 fsync_on_close = true
-# IOR writes one transfer buffer over and over; blockio's default cycles
-# 64 MiB of distinct data, whose cache misses cost ~15% at page-cache speed
-# here (0.85 of IOR's rate, 1.01 with this).
-buffer_pool = "1MiB"
+# blockio's default data model: one 1 MiB buffer per request in flight
+# (here one), stamped per 512-byte sector before each write. IOR writes
+# one transfer buffer over and over, unstamped; a 64 MiB pool of distinct
+# blocks (buffer_pool) cost ~15% at page-cache speed here.
 $iters
 
 [[phase]]

@@ -1,6 +1,7 @@
 package blockio
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -76,6 +77,10 @@ func TestBlockIOPlanErrors(t *testing.T) {
 		{"wrong type", "iodepth = \"deep\"", "iodepth", "want an integer"},
 		{"bad size unit", "bs = \"4KB/s\"", "bs", "bad size"},
 		{"buffer pool", "buffer_pool = \"1KiB\"", "buffer_pool", "out of range"},
+		{"scramble with a pool", "rw = \"write\"\nbuffer_pool = \"1MiB\"\nscramble_buffers = true", "scramble_buffers", "buffer_pool is shared"},
+		{"scramble of zeros", "rw = \"write\"\ndata = \"zero\"\nscramble_buffers = true", "scramble_buffers", "exact content"},
+		{"scramble of tiny blocks", "rw = \"write\"\nbs = 100\nsize = 1000\nscramble_buffers = true", "scramble_buffers", "512-byte sector"},
+		{"scramble of compressible data", "rw = \"write\"\ncompressible = 40\nscramble_buffers = true", "scramble_buffers", "compress"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -603,6 +608,112 @@ func TestBlockIOVerifyCatchesCorruption(t *testing.T) {
 	}
 }
 
+// TestBlockIOScrambledWritesAreDistinct: with the default data model a
+// file written from one buffer (one job, iodepth 1) holds no two equal
+// 512-byte sectors or 4 KiB blocks, on both engines, so a dedupe layer
+// finds nothing; and every block is what writtenBlock (Verify's model)
+// says. The same plan with a one-block pool and no scramble writes one
+// block again and again: the check would see it.
+func TestBlockIOScrambledWritesAreDistinct(t *testing.T) {
+	for _, tc := range []struct {
+		extra    string
+		distinct bool
+	}{
+		{"ioengine = \"psync\"", true}, {"ioengine = \"io_uring\"", true},
+		{"ioengine = \"psync\"\nbuffer_pool = \"64KiB\"", false},
+	} {
+		p := runPhase(t, fstest.DiskDir(t), "rw = \"write\"\nbs = \"64KiB\"\nsize = \"4MiB\"\n"+tc.extra)
+		if len(p.pool) != 64<<10 {
+			t.Fatalf("%s: a pool of %d bytes, want one 64 KiB buffer", tc.extra, len(p.pool))
+		}
+		job := p.jobs[0]
+		data, err := os.ReadFile(job.paths[0])
+		if err != nil || len(data) != 4<<20 {
+			t.Fatalf("%s: %d bytes, %v", tc.extra, len(data), err)
+		}
+		for _, unit := range []int{512, 4096} {
+			seen := map[string]int{}
+			for off := 0; off < len(data); off += unit {
+				if prev, dup := seen[string(data[off:off+unit])]; dup {
+					if tc.distinct {
+						t.Fatalf("%s: the %d-byte units at %d and %d are equal", tc.extra, unit, prev, off)
+					}
+					continue
+				}
+				seen[string(data[off:off+unit])] = off
+			}
+			if !tc.distinct && len(seen) > 64<<10/unit {
+				t.Fatalf("%s: %d distinct %d-byte units from one 64 KiB block", tc.extra, len(seen), unit)
+			}
+		}
+		want := make([]byte, job.bs)
+		for q := int64(0); q < job.ppf; q++ {
+			p.writtenBlock(want, 0, job, 0, q)
+			if !bytes.Equal(data[q*job.bs:(q+1)*job.bs], want) {
+				t.Fatalf("%s: block %d is not what was written there", tc.extra, q)
+			}
+		}
+	}
+}
+
+// TestBlockIOVerifyCatchesScrambleCorruption: Verify regenerates the
+// stamped blocks, so a write phase's file whose stamp alone changed (the
+// pass word of the first sector, the rest of the block intact) fails it.
+func TestBlockIOVerifyCatchesScrambleCorruption(t *testing.T) {
+	dir := fstest.DiskDir(t)
+	p := &blockIO{cfg: defaultBlockIOConfig()}
+	p.cfg.Size, p.cfg.RW, p.cfg.BS = 1<<20, "write", 64<<10
+	if err := p.cfg.Validate(); err != nil || !p.cfg.scramble {
+		t.Fatalf("scramble %v, %v", p.cfg.scramble, err)
+	}
+	env := phasestest.EnvIn(t, "blockio", dir)
+	ctx := context.Background()
+	defer p.Teardown(ctx, env)
+	for _, step := range []func(context.Context, *phases.Env) error{p.Setup, p.Run, p.Verify} {
+		if err := step(ctx, env); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f, err := os.OpenFile(p.jobs[0].paths[0], os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	word := make([]byte, 8)
+	f.ReadAt(word, 56)
+	word[0] ^= 1
+	f.WriteAt(word, 56) // the first block is always checked
+	if err := p.Verify(ctx, env); err == nil || !strings.Contains(err.Error(), "different bytes") || !strings.Contains(err.Error(), "byte 56 ") {
+		t.Fatalf("corrupted stamp: %v", err)
+	}
+}
+
+// TestBlockIOWriteDataNote: the manifest says which data model ran.
+func TestBlockIOWriteDataNote(t *testing.T) {
+	ph := bioRunPlan(t, fstest.DiskDir(t), `
+[[phase]]
+kind = "blockio"
+rw = "write"
+size = "1MiB"
+iodepth = 2
+[[phase]]
+kind = "blockio"
+rw = "write"
+size = "1MiB"
+buffer_pool = "256KiB"
+[[phase]]
+kind = "blockio"
+rw = "read"
+size = "1MiB"
+`)
+	for i, want := range []string{"scrambled: 2 buffers of 4KiB", "pool: 256KiB of distinct random blocks", ""} {
+		bioPassed(t, ph[i])
+		if got := ph[i].Notes["write_data"]; !strings.HasPrefix(got, want) || (want == "") != (got == "") {
+			t.Fatalf("phase %d: write_data %q, want %q...", i, got, want)
+		}
+	}
+}
+
 // TestBlockIOHotLoopAllocatesNothing runs a short job and checks that the
 // Go heap did not grow per op.
 func TestBlockIOHotLoopAllocatesNothing(t *testing.T) {
@@ -610,10 +721,16 @@ func TestBlockIOHotLoopAllocatesNothing(t *testing.T) {
 	for _, tc := range []struct {
 		rw, engine string
 		fixed      bool
-	}{{"randread", enginePsync, false}, {"randwrite", enginePsync, false}, {"randread", engineURing, false}, {"randwrite", engineURing, true}, {"randrw", engineURing, true}} {
-		rw := tc.rw + " " + tc.engine
+		pool       phases.Size // buffer_pool; 0: scrambled, the default
+	}{{"randread", enginePsync, false, 0}, {"randwrite", enginePsync, false, 0}, {"randwrite", enginePsync, false, 1 << 20},
+		{"randread", engineURing, false, 0}, {"randwrite", engineURing, true, 0}, {"write", engineURing, false, 0},
+		{"randwrite", engineURing, false, 1 << 20}, {"randrw", engineURing, true, 0}} {
+		rw := fmt.Sprintf("%s %s pool %d", tc.rw, tc.engine, tc.pool)
 		p := &blockIO{cfg: defaultBlockIOConfig()}
 		p.cfg.Size, p.cfg.RW, p.cfg.Fsync = 4<<20, tc.rw, 0
+		if tc.pool > 0 {
+			p.cfg.BufferPool, p.cfg.Scramble = tc.pool, false
+		}
 		p.cfg.IOEngine, p.cfg.FixedBufs, p.cfg.RegisterFiles, p.cfg.IODepth = tc.engine, tc.fixed, tc.fixed, 4
 		if err := p.cfg.Validate(); err != nil {
 			t.Fatal(err)
@@ -622,6 +739,9 @@ func TestBlockIOHotLoopAllocatesNothing(t *testing.T) {
 		ctx := context.Background()
 		if err := p.Setup(ctx, env); err != nil {
 			t.Fatal(err)
+		}
+		if p.jobs[0].scramble != (tc.pool == 0 && tc.rw != "randread") {
+			t.Fatalf("%s: scramble %v", rw, p.jobs[0].scramble)
 		}
 		w := p.jobs[0].workers[0]
 		// Every run on one thread, which a single-issuer ring requires.
@@ -665,7 +785,7 @@ func BenchmarkBlockIOLoop(b *testing.B) {
 			b.Cleanup(func() { os.RemoveAll(d) })
 		}
 	}
-	for _, name := range []string{"psync/randread", "psync/read", "io_uring/randread", "io_uring/read"} {
+	for _, name := range []string{"psync/randread", "psync/read", "io_uring/randread", "io_uring/read", "psync/write", "io_uring/write"} {
 		engine, rw, _ := strings.Cut(name, "/")
 		b.Run(name, func(b *testing.B) {
 			p := &blockIO{cfg: defaultBlockIOConfig()}
@@ -732,5 +852,17 @@ func TestProcBudget(t *testing.T) {
 	b.release(4)
 	if got := runtime.GOMAXPROCS(0); got != base {
 		t.Errorf("GOMAXPROCS %d after both, want %d", got, base)
+	}
+}
+
+// BenchmarkBioStamp is the scramble's CPU cost per 1 MiB write, to set
+// beside the write itself (tens of µs into the page cache, hundreds to a
+// disk).
+func BenchmarkBioStamp(b *testing.B) {
+	job := &bioJob{seed: 7, stream: 3}
+	buf := pio.AlignedBuffer(1<<20, 4096)
+	b.SetBytes(int64(len(buf)))
+	for i := int64(0); b.Loop(); i++ {
+		job.stamp(buf, 0, i<<20, 0)
 	}
 }

@@ -251,7 +251,14 @@ func (w *bioWorker) uringLoop(p *blockIO, t0 int64) {
 			case read:
 				s.PrepRW(uring.OpRead, fd, sl.buf, off)
 			default:
-				b := (j.poolStart + file*j.ppf + q) % p.poolBlocks * bs
+				var b int64
+				if j.scramble {
+					// The slot is idle, so its block is in no request.
+					b = (j.slot0 + int64(si)) * bs
+					j.stamp(pool[b:b+bs], file, off, i/j.positions)
+				} else {
+					b = (j.poolStart + file*j.ppf + q) % p.poolBlocks * bs
+				}
 				if fixed {
 					s.PrepRW(uring.OpWriteFixed, fd, pool[b:b+bs], off)
 					s.BufIndex = uint16(b/w.fixedPool) + uint16(w.readBufs(p))
@@ -361,6 +368,9 @@ func (p *blockIO) Headline(res *report.PhaseResult) {
 		res.Notes = map[string]string{}
 	}
 	res.Notes["ioengine"] = p.engine
+	if p.cfg.writes() {
+		res.Notes["write_data"] = p.cfg.writeData()
+	}
 	if p.fellBack != "" {
 		res.Notes["ioengine_fallback"] = p.fellBack
 	}

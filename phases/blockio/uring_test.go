@@ -49,18 +49,22 @@ func runPhase(t *testing.T, dir, body string) *blockIO {
 // TestURingWritesEveryBlock: a size-bounded random direct write through
 // the ring, with and without registered buffers and files, writes every
 // block of every file exactly with the pool block the offset sequence
-// names (the whole file is read back, not the spot check's four blocks),
+// names, or with the stamp of its offset (scrambled, the default) (the
+// whole file is read back, not the spot check's four blocks),
 // and keeps iodepth requests in flight.
 func TestURingWritesEveryBlock(t *testing.T) {
 	skipWithoutURing(t)
-	for _, extra := range []string{"", "fixedbufs = true\nregisterfiles = true"} {
+	for _, extra := range []string{"", "fixedbufs = true\nregisterfiles = true", "buffer_pool = \"1MiB\"", "buffer_pool = \"1MiB\"\nfixedbufs = true"} {
 		t.Run(strings.ReplaceAll(extra, "\n", ","), func(t *testing.T) {
 			p := runPhase(t, fstest.DiskDir(t), "rw = \"randwrite\"\nsize = \"2MiB\"\nnrfiles = 2\njobs = 2\niodepth = 8\ndirect = true\nverify = true\n"+extra)
+			if p.cfg.scramble != !strings.Contains(extra, "buffer_pool") {
+				t.Fatalf("scramble %v with %q", p.cfg.scramble, extra)
+			}
 			if p.engine != engineURing {
 				t.Fatalf("engine %q (%s)", p.engine, p.fellBack)
 			}
 			bs := p.jobs[0].bs
-			got := make([]byte, bs)
+			got, want := make([]byte, bs), make([]byte, bs)
 			for _, job := range p.jobs {
 				w := job.workers[0]
 				if len(job.workers) != 1 || w.maxInflight != 8 {
@@ -75,10 +79,10 @@ func TestURingWritesEveryBlock(t *testing.T) {
 						t.Fatalf("%s: %d bytes, want %d", path, len(data), job.ppf*bs)
 					}
 					for q := int64(0); q < job.ppf; q++ {
-						k := (job.poolStart + int64(f)*job.ppf + q) % p.poolBlocks
+						p.writtenBlock(want, 0, job, int64(f), q)
 						copy(got, data[q*bs:])
-						if !bytes.Equal(got, p.pool[k*bs:(k+1)*bs]) {
-							t.Fatalf("%s block %d differs from pool block %d", path, q, k)
+						if !bytes.Equal(got, want) {
+							t.Fatalf("%s block %d differs from what was written there", path, q)
 						}
 					}
 				}
