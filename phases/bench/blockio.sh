@@ -60,6 +60,13 @@
 #              format (cell, peer, round, MiB/s, unit), for make bench's
 #              one combined table
 #   STRICT=1   exit 1 when a ratio's median is below 1.0
+#   PIN_CPU    a CPU list (taskset -c): both sides run bound to it. Unset,
+#              the scheduler places each side's waiting thread, and at QD1
+#              under load that placement decides the round: a thread that
+#              sleeps on the CPU taking the disk's completion interrupt is
+#              woken locally, one elsewhere needs a cross-CPU wake-up (on
+#              the 2-vCPU test VM ~17 µs against ~5 µs; docs/PERFORMANCE.md).
+#              The header names the CPU each block IRQ is delivered to.
 #   BENCH_WAIT_FOR  a file: while it exists, runs wait (polling every 20 s),
 #              so the benchmark yields to a shared machine's test suite
 # Without root it prints why and skips (exit 0).
@@ -201,6 +208,8 @@ EOF
 done
 
 samples="$work/samples.tsv"
+pin=()
+[[ -n ${PIN_CPU:-} ]] && pin=(taskset -c "$PIN_CPU")
 
 wait_quiet() {
 	while [[ -n ${BENCH_WAIT_FOR:-} && -e $BENCH_WAIT_FOR ]]; do sleep 20; done
@@ -209,7 +218,7 @@ wait_quiet() {
 run_prism() { # cell round
 	local c=$1 out="$work/prism.json"
 	wait_quiet
-	"$PRISM_BIN" run --workdir "$(dir_of "$c")" --results "$work/results" --json "$work/$c.toml" >"$out" 2>>"$work/prism.log"
+	"${pin[@]}" "$PRISM_BIN" run --workdir "$(dir_of "$c")" --results "$work/results" --json "$work/$c.toml" >"$out" 2>>"$work/prism.log"
 	python3 - "$out" "$c" "$2" >>"$samples" <<'PY'
 import json, sys
 path, cell, rnd = sys.argv[1:]
@@ -227,7 +236,7 @@ run_fio() { # cell round
 	d="$(dir_of "$c")/fio"
 	mkdir -p "$d"
 	# shellcheck disable=SC2086 # the options are words on purpose
-	fio --name=bench --directory="$d" ${fioopt[$c]} --time_based --runtime="$RUNTIME" \
+	"${pin[@]}" fio --name=bench --directory="$d" ${fioopt[$c]} --time_based --runtime="$RUNTIME" \
 		--output-format=json --output="$out" >/dev/null
 	rm -rf -- "$d"
 	python3 - "$out" "$c" "$2" >>"$samples" <<'PY'
@@ -246,7 +255,13 @@ PY
 echo "prism blockio bench: $("$PRISM_BIN" version 2>/dev/null | head -n1 || echo prism); $(fio --version)"
 echo "date $(date -u +%Y-%m-%dT%H:%MZ), kernel $(uname -r), $(nproc) CPUs ($(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -n1)), load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "images in $BENCH_DIR ($(findmnt -n -o FSTYPE,SOURCE --target "$BENCH_DIR" 2>/dev/null || echo ?)), fresh XFS per round, loop direct-io=on"
-echo "runtime ${RUNTIME}s, $ROUNDS rounds after a warm-up, both sides io_uring unless the cell names an engine (-libaio, -psync, tmpfs: psync)"
+echo "runtime ${RUNTIME}s, $ROUNDS rounds after a warm-up, both sides io_uring unless the cell names an engine (-libaio, -psync, tmpfs: psync)${PIN_CPU:+, both bound to CPU $PIN_CPU}"
+# Where completions arrive: the CPU each block-device interrupt is
+# delivered to (a waiter elsewhere is woken by a cross-CPU interrupt).
+irqs=$(awk -F: '/virtio[0-9]*-req|nvme|blk/ {gsub(/ /, "", $1); print $1}' /proc/interrupts 2>/dev/null | while read -r i; do
+	printf '%s->CPU%s ' "$(awk -v i="$i:" '$1 == i {print $NF}' /proc/interrupts)" "$(cat "/proc/irq/$i/effective_affinity_list" 2>/dev/null || echo ?)"
+done)
+[[ -n $irqs ]] && echo "block IRQs: $irqs"
 # Round 0 is a warm-up, discarded: the first run after a build or an idle
 # spell pays for cold caches and a cold disk on both sides.
 for ((r = 0; r <= ROUNDS; r++)); do
