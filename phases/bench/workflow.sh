@@ -43,11 +43,17 @@
 #   IOR_SIZE   bytes of the ior cells (default 256m)
 #   PYTHON     the Python of the peers (default /usr/bin/python3)
 #   CELLS      which cells to run (default "tar untar md5 list md ior")
+#   PIN_CPU    a CPU list (taskset -c): prism and every peer run bound to
+#              it, as in blockio.sh; unset, the scheduler places them (on
+#              2 vCPUs the IOR write cell then depends on where the loop
+#              device's kworker and the writer land: docs/PERFORMANCE.md)
 #   SAMPLES    file to append the raw samples to (cell side round value unit)
 #   BENCH_TABLE  the same, for make bench's one combined table (paired.py --bench)
 set -euo pipefail
 
 : "${PRISM_BIN:?set PRISM_BIN to the absolute path of bin/prism}"
+pin=()
+[[ -n ${PIN_CPU:-} ]] && pin=(taskset -c "$PIN_CPU")
 ROUNDS=${ROUNDS:-5}
 COUNT=${COUNT:-5000}
 IOR_SIZE=${IOR_SIZE:-256m}
@@ -115,7 +121,7 @@ plan() { # name; the phases on stdin
 run_prism() { # plan workdir -> the manifest's path on stdout
 	local out="$work/$1.json"
 	mkdir -p "$2"
-	if ! "$PRISM_BIN" run --workdir "$2" --results "$work/results" --json "$work/$1.toml" >"$out" 2>"$work/prism.err"; then
+	if ! "${pin[@]}" "$PRISM_BIN" run --workdir "$2" --results "$work/results" --json "$work/$1.toml" >"$out" 2>"$work/prism.err"; then
 		echo "workflow.sh: prism plan $1 failed:" >&2
 		cat "$work/prism.err" >&2
 		exit 1
@@ -152,7 +158,7 @@ PY
 peer() { # cell side round unit items mode args...
 	local cell=$1 side=$2 r=$3 unit=$4
 	shift 4
-	"$PYTHON" "$here/peers.py" "$RUNS" "$@" | while read -r v; do
+	"${pin[@]}" "$PYTHON" "$here/peers.py" "$RUNS" "$@" | while read -r v; do
 		printf '%s\t%s\t%s\t%s\t%s\n' "$cell" "$side" "$r" "$v" "$unit"
 	done >>"$samples"
 }
@@ -263,7 +269,7 @@ p_md() {
 q_md() {
 	local i out
 	for ((i = 0; i <= RUNS; i++)); do
-		out=$("$MDTEST" -F -n "$COUNT" -C -T -r -d "$scratch/mdtest" 2>&1) || { echo "workflow.sh: mdtest failed: $out" >&2; exit 1; }
+		out=$("${pin[@]}" "$MDTEST" -F -n "$COUNT" -C -T -r -d "$scratch/mdtest" 2>&1) || { echo "workflow.sh: mdtest failed: $out" >&2; exit 1; }
 		((i == 0)) && continue
 		awk -v r="$1" '/^ *File creation/ {c = $3} /^ *File stat/ {s = $3} /^ *File removal/ {u = $3}
 			END {if (c == "" || s == "" || u == "") exit 1
@@ -277,7 +283,7 @@ p_ior() {
 q_ior() {
 	local i out
 	for ((i = 0; i <= RUNS; i++)); do
-		out=$("$IOR" -a POSIX -F -t 1m -b "$IOR_SIZE" -w -r -e -o "$scratch/ior/f" 2>&1) || { echo "workflow.sh: ior failed: $out" >&2; exit 1; }
+		out=$("${pin[@]}" "$IOR" -a POSIX -F -t 1m -b "$IOR_SIZE" -w -r -e -o "$scratch/ior/f" 2>&1) || { echo "workflow.sh: ior failed: $out" >&2; exit 1; }
 		((i == 0)) && continue
 		awk -v r="$1" '$1 == "Operation" {s = 1} s && $1 == "write" {w = $2} s && $1 == "read" {d = $2}
 			END {if (w == "" || d == "") exit 1
