@@ -352,6 +352,10 @@ func DecodePlan(reg *Registry, file string, src []byte) (*Plan, error) {
 	if len(list) == 0 {
 		return nil, &PlanError{File: file, Msg: "the plan has no [[phase]] tables: nothing to run"}
 	}
+	if len(list) > MaxPhases {
+		line, _ := loc.find(MaxPhases, "phase", "")
+		return nil, &PlanError{File: file, Line: line, Phase: MaxPhases + 1, Msg: fmt.Sprintf("%d phases: a plan has at most %d (split it into several plans)", len(list), MaxPhases)}
+	}
 	names := map[string]int{}
 	for i, m := range list {
 		spec, err := decodePhase(reg, file, loc, i, m, kbBase)
@@ -439,13 +443,40 @@ func DecodePlan(reg *Registry, file string, src []byte) (*Plan, error) {
 // took 17 GB), so deeper input is refused before it is decoded.
 const maxNesting = 16
 
+// MaxPhases bounds a plan's phases. The TOML decoder keeps ~2.4 KB per
+// table while it decodes: a 16 MiB plan of 441,000 one-line phases took
+// 1.1 GB and 26 s in `prism check`, on every rank of a node at once under
+// mpirun, which is an out-of-memory kill at 128 ranks. 10,000 phases is
+// far above a real plan (each one runs for seconds at least).
+const MaxPhases = 10000
+
+// maxTables bounds the tables of any kind ([..] and [[..]] headers and
+// inline {..}) before the decoder sees them: a phase is one table plus
+// its [phase.expect] and the odd inline table, so three per phase.
+const maxTables = 3 * MaxPhases
+
+// maxValues bounds the keys and array elements (each '=' and ',' outside
+// strings and comments) for the same reason: the decoder keeps ~140 bytes
+// per value, and a 16 MiB plan of one-digit array elements took 755 MB,
+// one of 1.6 million keys 810 MB. Twenty per phase at the phase limit.
+const maxValues = 20 * MaxPhases
+
 // checkNesting scans TOML text, outside strings and comments, for the
-// deepest nesting of [ and { and the longest dotted key, and refuses what
-// goes past maxNesting with the line where it does.
+// deepest nesting of [ and { and the longest dotted key, and counts its
+// tables and values, and refuses what goes past maxNesting, maxTables or
+// maxValues with the line where it does, before the decoder spends memory
+// on it.
 func checkNesting(src []byte) (int, error) {
-	depth, line, dots := 0, 1, 0
+	depth, line, dots, tables, values := 0, 1, 0, 0, 0
+	lineStart := true // only blanks so far on this line
 	for i := 0; i < len(src); i++ {
 		c := src[i]
+		if (c == '[' && depth == 0 && lineStart) || c == '{' {
+			if tables++; tables > maxTables {
+				return line, fmt.Errorf("more than %d tables ([[phase]], [phase.expect] and inline {…} together): a plan has at most %d phases", maxTables, MaxPhases)
+			}
+		}
+		lineStart = c == '\n' || ((c == ' ' || c == '\t' || c == '\r') && lineStart)
 		switch {
 		case c == '\n':
 			line++
@@ -483,6 +514,9 @@ func checkNesting(src []byte) (int, error) {
 			}
 		case c == '=' || c == ',':
 			dots = 0
+			if values++; values > maxValues {
+				return line, fmt.Errorf("more than %d keys and array elements: not a plan prism decodes (a plan has at most %d phases)", maxValues, MaxPhases)
+			}
 		}
 	}
 	return 0, nil

@@ -1,6 +1,8 @@
 package metadata
 
 import (
+	"errors"
+	"strings"
 	"testing"
 
 	"github.com/prism-hpc/prism/phases"
@@ -45,5 +47,28 @@ func TestDecodeGoodPlan(t *testing.T) {
 	}
 	if fc := f.Phase.Config().(*folderConfig); fc.Depth != 2 || fc.Breadth != 3 || fc.FilesPerDir != 8 {
 		t.Fatalf("defaults not kept: %+v", fc)
+	}
+}
+
+// A plan of more than phases.MaxPhases phases is refused, naming the line
+// of the first phase past the limit, before any phase is decoded; one of
+// exactly MaxPhases is a plan like any other.
+func TestDecodePlanPhaseLimit(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("[plan]\nname = \"many\"\n")
+	phase := "[[phase]]\nkind = \"create_files\"\ncount = 1\n"
+	for range phases.MaxPhases {
+		b.WriteString(phase)
+	}
+	p, err := phases.DecodePlan(registry(), "many.toml", []byte(b.String()))
+	if err != nil || len(p.Phases) != phases.MaxPhases {
+		t.Fatalf("%d phases: %v", phases.MaxPhases, err)
+	}
+	b.WriteString(phase)
+	_, err = phases.DecodePlan(registry(), "many.toml", []byte(b.String()))
+	var pe *phases.PlanError
+	if !errors.As(err, &pe) || pe.Line != 3+3*phases.MaxPhases || pe.Phase != phases.MaxPhases+1 ||
+		!strings.Contains(err.Error(), "many.toml") || !strings.Contains(err.Error(), "at most 10000") {
+		t.Fatalf("%d phases: %#v", phases.MaxPhases+1, err)
 	}
 }
