@@ -95,7 +95,7 @@ PY
 }
 
 echo "prism progress bench: $("$PRISM_BIN" version 2>/dev/null | head -n1 || echo prism)"
-echo "scratch: $scratch ($fstype), kernel $(uname -r), $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "scratch: $scratch ($(stat -f -c %T "$scratch")), kernel $(uname -r), $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "create_files: $COUNT files of $SIZE B per rank; $ROUNDS rounds x (1 warm-up + 3 measured) per side"
 for ((r = 0; r < ROUNDS; r++)); do
 	for n in $NS; do
