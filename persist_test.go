@@ -550,7 +550,7 @@ func TestPersistentDatasetConcurrentCreate(t *testing.T) {
 				t.Errorf("job %d: says it waited: %v, dataset_wait_s = %v", i, said, wait)
 			}
 		default:
-			for _, want := range []string{pd, "is being created by run ", " on host ", "lease renewed "} {
+			for _, want := range []string{pd, "is being created by run ", " on host ", "its lease renewed "} {
 				if !strings.Contains(r.stderr, want) {
 					t.Errorf("job %d failed (exit %d) without naming %q:\n%s", i, r.code, want, r.stderr)
 				}
