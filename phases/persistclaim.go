@@ -550,8 +550,12 @@ func (c *creator) judge(other *claimOnDisk) (lookState, []byte, error) {
 	}
 	waited := now.Sub(c.start)
 	if waited >= c.wait {
-		return 0, nil, env.Errorf("setup: %s is being created by %s (its lease renewed %s ago); gave up after waiting %s (persist_wait = %s): let that run finish or raise persist_wait; if that run is gone, a run after its lease (%s) has run out writes it again",
-			c.root.Path(), other.who(), age.Round(time.Millisecond), waited.Round(time.Millisecond), c.wait, lease)
+		gave := "persist_wait = 0s: not waiting"
+		if c.wait > 0 {
+			gave = fmt.Sprintf("gave up after waiting %s, persist_wait = %s", waited.Round(time.Millisecond), c.wait)
+		}
+		return 0, nil, env.Errorf("setup: %s is being created by %s (its lease renewed %s ago; %s): let that run finish or raise persist_wait; if that run is gone, a run after its lease (%s) has run out writes it again",
+			c.root.Path(), other.who(), age.Round(time.Millisecond), gave, lease)
 	}
 	c.say("wait "+other.Token, fmt.Sprintf("%s is being created by %s (its lease renewed %s ago): waiting for it, at most persist_wait = %s", c.root.Path(), other.who(), age.Round(time.Millisecond), c.wait))
 	return lookWait, nil, nil

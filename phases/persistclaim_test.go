@@ -96,7 +96,7 @@ func TestPersistClaimRefusedAtOnce(t *testing.T) {
 	if err == nil {
 		t.Fatal("second job created it too")
 	}
-	for _, want := range []string{pa.Root.Path() + " is being created by run run-A on host hostA, pid ", ", rank 0 (its lease renewed ", "persist_wait = 0s"} {
+	for _, want := range []string{pa.Root.Path() + " is being created by run run-A on host hostA, pid ", ", rank 0 (its lease renewed ", "persist_wait = 0s: not waiting"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not say %q", err, want)
 		}
@@ -132,9 +132,12 @@ func TestPersistClaimWaitsThenReuses(t *testing.T) {
 	for !strings.Contains(logB.String(), "waiting for it") {
 		time.Sleep(5 * time.Millisecond)
 	}
-	for {
+	for tries := 0; ; tries++ {
 		if fi, _ := os.Stat(partial); fi.ModTime() != fi0.ModTime() {
 			break
+		}
+		if tries == 2000 { // 10s of 20ms renewals: a hang, not a slow machine
+			t.Fatal("the creator's lease is never renewed")
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -224,6 +227,9 @@ func TestPersistClaimStaleTakenOver(t *testing.T) {
 	err = pa.Complete(a, "dataset", "tiny", claimParams{1}, []byte("[]"), 0, 0)
 	if err == nil || !strings.Contains(err.Error(), "taken over by run run-B on host hostB") {
 		t.Errorf("the dead creator's Complete: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(pb.Root.Path(), PersistList)); !os.IsNotExist(err) {
+		t.Errorf("the dead creator wrote its file list: %v", err)
 	}
 	pa.Close() // must not release run-B's claim
 	if _, err := os.Stat(filepath.Join(pb.Root.Path(), PersistMarker)); !os.IsNotExist(err) {
@@ -332,5 +338,65 @@ func TestPersistClaimSkewedClockKept(t *testing.T) {
 	}
 	if pa.claim.check() != nil {
 		t.Errorf("run-A's claim was taken: %v", pa.claim.check())
+	}
+}
+
+// TestPersistTakeOverLate: a taker that judged a claim stale but comes
+// after another taker won it must not replace the winner's fresh claim,
+// although its election name is free again (the winner's file became the
+// marker).
+func TestPersistTakeOverLate(t *testing.T) {
+	fastLease(t)
+	work := t.TempDir()
+	dead, _ := jobEnv(t, work, "run-dead", "hostX")
+	pd, err := create(dead, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pd.claim.stopRenewing()
+	pd.claim = nil
+	age(t, pd)
+	judged, err := readClaim(pd.Root)
+	if err != nil || judged == nil {
+		t.Fatal(judged, err)
+	}
+	x, _ := jobEnv(t, work, "run-X", "hostX")
+	y, _ := jobEnv(t, work, "run-Y", "hostY")
+	clx, err := takeOver(x, pd.Root, judged, PersistInfo{Prism: "persistent", RunID: "run-X"})
+	if err != nil || clx == nil {
+		t.Fatalf("first taker: %v %v", clx, err)
+	}
+	defer clx.release()
+	cly, err := takeOver(y, pd.Root, judged, PersistInfo{Prism: "persistent", RunID: "run-Y"})
+	if cly != nil || err != nil {
+		t.Errorf("the late taker won too (%v)", err)
+		cly.release()
+	}
+	if err := clx.check(); err != nil {
+		t.Errorf("the winner's claim: %v", err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(pd.Root.Path(), claimTaken+"*")); len(left) != 0 {
+		t.Errorf("election files left: %v", left)
+	}
+}
+
+// TestPersistRemoveRefusesClaimed: prism datasets rm leaves a directory
+// whose creation holds a fresh lease, naming the creator, and removes it
+// once the claim is released.
+func TestPersistRemoveRefusesClaimed(t *testing.T) {
+	fastLease(t)
+	work := t.TempDir()
+	a, _ := jobEnv(t, work, "run-A", "hostA")
+	pa, err := create(a, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = RemovePersistent(work, "tiny")
+	if err == nil || !strings.Contains(err.Error(), "it is being created by run run-A on host hostA") {
+		t.Errorf("rm under a creation: %v", err)
+	}
+	pa.Close()
+	if _, err := RemovePersistent(work, "tiny"); err != nil {
+		t.Errorf("rm after the release: %v", err)
 	}
 }
