@@ -35,7 +35,9 @@ import (
 // list and the marker last, each through a temporary name renamed into
 // place, so a crash at any point leaves a directory that is prism's but
 // never taken for complete; the next creation with the same parameters
-// writes it again.
+// writes it again. PersistPartial is also the creating job's claim, with
+// a lease, so that two jobs creating one directory at once never both
+// write it (persistclaim.go).
 const (
 	PersistDir     = "prism-datasets"
 	PersistMarker  = ".prism-persistent"         // complete: PersistInfo, JSON
