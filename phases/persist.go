@@ -610,6 +610,14 @@ func RemovePersistent(workdir, name string) (string, error) {
 	if statusOf(d, dir).Status == "foreign" {
 		return "", fmt.Errorf("not removing %s: it carries no marker of prism's (%s or %s), so prism did not create it", d.Path(), PersistMarker, PersistPartial)
 	}
+	// A creation under way (its lease fresh by this host's clock): its
+	// creator would fail on files vanishing under it.
+	if c, _ := readClaim(d); c != nil {
+		lease, _ := c.lease()
+		if age := time.Since(c.mtime()); age < lease {
+			return "", fmt.Errorf("not removing %s: it is being created by %s (its lease renewed %s ago); remove it once that run ends, or after its lease (%s) has run out", d.Path(), c.who(), age.Round(time.Millisecond), lease)
+		}
+	}
 	if err := d.Remove(); err != nil {
 		return "", err
 	}
