@@ -606,3 +606,77 @@ func prismAsync(dir string, args ...string) asyncResult {
 	}
 	return r
 }
+
+// TestPersistentDatasetWaitOutlastsCoordination: a job of 2 ranks waits
+// for another job's live claim longer than its coordination_timeout (rank
+// 0 looks once a second and its ranks follow round by round, so no rank
+// sits in one collective for the whole wait), then, the claim released,
+// writes the dataset itself.
+func TestPersistentDatasetWaitOutlastsCoordination(t *testing.T) {
+	dir := t.TempDir()
+	work := filepath.Join(dir, "work")
+	os.Mkdir(work, 0o755)
+	plan := writePlan(t, dir, strings.NewReplacer("VERIFY", "stat", `persist = "tiny"`, "persist = \"tiny\"\npersist_wait = \"1m\"",
+		`drop_caches = "none"`, "drop_caches = \"none\"\ncoordination_timeout = \"1s\"").Replace(persistPlan))
+	if r := prism(t, dir, "run", "--workdir", work, "--results", filepath.Join(dir, "res"), plan); r.code != 0 {
+		t.Fatalf("exit %d\n%s", r.code, r.stderr)
+	}
+	pd := persistDir(t, work)
+	if r := prism(t, dir, "datasets", "--workdir", work, "rm", filepath.Base(pd)); r.code != 0 {
+		t.Fatalf("rm: exit %d\n%s", r.code, r.stderr)
+	}
+	// Another job's claim, live: renewed by this test until released.
+	os.Mkdir(pd, 0o755)
+	partial := filepath.Join(pd, ".prism-persistent-partial")
+	os.WriteFile(partial, []byte(`{"prism":"persistent","kind":"dataset","run_id":"other-run","host":"other-host","pid":1,"rank":0,"token":"t0","lease_s":30,"renew_s":1}`), 0o644)
+	stop := make(chan struct{})
+	renewed := make(chan struct{})
+	go func() {
+		defer close(renewed)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				os.Rename(partial, partial+".released-t0")
+				return
+			case <-time.After(200 * time.Millisecond):
+				now := time.Now()
+				os.Chtimes(partial, now, now)
+			}
+		}
+	}()
+	var r asyncResult
+	done := make(chan struct{})
+	go func() {
+		r = prismAsync(dir, "run", "-n", "2", "--workdir", work, "--results", filepath.Join(dir, "res"), plan)
+		close(done)
+	}()
+	// Released once the job has waited three coordination timeouts
+	// (counted from its run directory's appearance).
+	for i := 0; ; i++ {
+		if runs, _ := filepath.Glob(filepath.Join(work, "prism-2*")); len(runs) > 0 || i == 600 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	time.Sleep(3 * time.Second)
+	close(stop)
+	<-renewed
+	<-done
+	if r.err != nil || r.code != 0 {
+		t.Fatalf("exit %d, %v\n%s", r.code, r.err, r.stderr)
+	}
+	for _, want := range []string{"is being created by run other-run on host other-host", "waiting for it", "unfinished creation: writing it again"} {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("stderr does not say %q:\n%s", want, r.stderr)
+		}
+	}
+	if v := reusedMetric(t, r.result); v != 0 {
+		t.Errorf("dataset_reused = %v", v)
+	}
+	if w := createMetric(t, r.result, "dataset_wait_s"); w <= 0 {
+		t.Errorf("dataset_wait_s = %v", w)
+	}
+	if len(datasetFiles(t, pd)) != 12 {
+		t.Errorf("not written")
+	}
+}

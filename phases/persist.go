@@ -232,8 +232,9 @@ func openAll(ctx context.Context, env *Env, parent *pio.Dir, mine *pio.Dir, dir 
 // writes nothing); otherwise Info is nil, this job holds the claim, and
 // the phase writes its files into Root, then calls Complete. Another job's
 // claim is waited for, at most wait (0: refused at once), looking again
-// every persistRenew, each look a collective round so that no rank waits
-// longer than that at a collective. A directory of that name without
+// every persistRenew (less under a short coordination_timeout), each look
+// a collective round so that no rank waits longer than that at a
+// collective. A directory of that name without
 // prism's markers is refused, never written into.
 func CreatePersistent(ctx context.Context, env *Env, kind, name string, params any, wait time.Duration) (*Persistent, error) {
 	dir, hash, raw := PersistDirName(kind, name, params)

@@ -121,7 +121,8 @@ func (c *claimOnDisk) mtime() time.Time { return time.Unix(c.st.Mtim.Sec, c.st.M
 // readClaim reads d's PersistPartial through a descriptor of its own: nil
 // when there is none. A marker whose content does not parse yet (its
 // creator is between the exclusive create and the write) is read again
-// for up to a second before it is taken as it is.
+// for up to 200ms (well inside a coordination_timeout, which the other
+// ranks wait in meanwhile) before it is taken as it is.
 func readClaim(d *pio.Dir) (*claimOnDisk, error) { return readClaimAt(d, PersistPartial) }
 
 func readClaimAt(d *pio.Dir, name string) (*claimOnDisk, error) {
@@ -144,7 +145,7 @@ func readClaimAt(d *pio.Dir, name string) (*claimOnDisk, error) {
 			c.valid = true
 			return c, nil
 		}
-		if try == 50 {
+		if try == 10 {
 			return c, nil
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -415,11 +416,21 @@ func (c *creator) info() PersistInfo {
 		RunID: c.env.RunID, Phase: c.env.Name, Host: c.env.Host, Created: time.Now().UTC().Format(time.RFC3339)}
 }
 
-// look is one round: after the first it waits persistRenew.
+// poll is the time between two looks: persistRenew, or less under a short
+// coordination_timeout, since the other ranks wait for each look inside
+// a collective.
+func (c *creator) poll() time.Duration {
+	if ct := c.env.CoordinationTimeout / 4; ct > 0 && ct < persistRenew {
+		return ct
+	}
+	return persistRenew
+}
+
+// look is one round: after the first it waits poll().
 func (c *creator) look(ctx context.Context) (lookState, []byte, error) {
 	env := c.env
 	if c.rounds++; c.rounds > 1 {
-		t := time.NewTimer(persistRenew)
+		t := time.NewTimer(c.poll())
 		select {
 		case <-ctx.Done():
 			t.Stop()
