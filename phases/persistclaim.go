@@ -61,7 +61,7 @@ import (
 const (
 	claimTaken     = PersistPartial + ".taken-"    // + a stale claim's token: the election of its taker
 	claimReleased  = PersistPartial + ".released-" // a claim its creator gave up (its phase failed)
-	persistConfirm = 3                             // renewals a waiter sees a lease unchanged before taking it over
+	persistConfirm = 5                             // renewals a waiter sees a lease unchanged before taking it over
 )
 
 // The lease: renewed every persistRenew, abandoned when unrenewed for
