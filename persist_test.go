@@ -1,11 +1,16 @@
 package main
 
 import (
+	"bytes"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // persistPlan creates the persistent dataset "tiny" (or reuses it) and
@@ -95,9 +100,19 @@ func persistDir(t *testing.T, work string) string {
 
 func reusedMetric(t *testing.T, r result) float64 {
 	t.Helper()
+	return createMetric(t, r, "dataset_reused")
+}
+
+// createMetric is the metric name of the run's create_dataset phase.
+func createMetric(t *testing.T, r result, name string) float64 {
+	t.Helper()
 	for _, p := range loadManifest(t, r).Phases {
 		if p.Kind == "create_dataset" {
-			return p.Metrics["dataset_reused"]
+			v, ok := p.Metrics[name]
+			if !ok {
+				t.Errorf("create_dataset has no metric %s", name)
+			}
+			return v
 		}
 	}
 	t.Fatal("no create_dataset in the manifest")
@@ -224,6 +239,9 @@ func TestPersistentDatasetUnfinished(t *testing.T) {
 	// missing, the list maybe.
 	os.Remove(filepath.Join(pd, ".prism-persistent"))
 	os.WriteFile(filepath.Join(pd, ".prism-persistent-partial"), marker, 0o644)
+	// Its creator died an hour ago: the lease has long run out.
+	old := time.Now().Add(-time.Hour)
+	os.Chtimes(filepath.Join(pd, ".prism-persistent-partial"), old, old)
 	os.Remove(filepath.Join(pd, "d0000", "f0000004.bin"))
 	before := datasetFiles(t, pd)
 	r := prism(t, dir, "run", "--workdir", work, "--results", filepath.Join(dir, "res"), plan)
@@ -461,5 +479,204 @@ func TestDatagen(t *testing.T) {
 	os.WriteFile(none, []byte(strings.Replace(strings.Replace(persistPlan, "VERIFY", "stat", 1), `persist = "tiny"`, "", 1)), 0o644)
 	if r := prism(t, dir, "datagen", "--workdir", work, none); r.code != 2 || !strings.Contains(r.stderr, "no create_dataset phase of the plan has persist") {
 		t.Errorf("datagen without persist: exit %d\n%s", r.code, r.stderr)
+	}
+}
+
+// racePlan creates the persistent dataset "race", large enough (16 MiB,
+// fsynced) that two jobs started together overlap while it is written.
+const racePlan = `
+[plan]
+name = "race"
+drop_caches = "none"
+
+[[phase]]
+kind = "create_dataset"
+sizes = ["256KiB"]
+copies = 64
+subdirs = 2
+fsync = true
+persist = "race"
+`
+
+const raceReaderPlan = `
+[plan]
+name = "race-reader"
+drop_caches = "none"
+
+[[phase]]
+kind = "md5_check"
+dataset = "race"
+verify = "full"
+`
+
+// TestPersistentDatasetConcurrentCreate: two jobs of 2 ranks each create
+// the same persistent dataset at the same time, and a third reads it right
+// after. Exactly one writes it; the other either waits for it and reuses
+// it (dataset_reused = 1) or fails at once naming the directory and the
+// creating run, host and lease; no data file is written after the marker
+// (nothing rewritten under the creator), and the reader finds every MD5
+// right.
+func TestPersistentDatasetConcurrentCreate(t *testing.T) {
+	dir := t.TempDir()
+	work := filepath.Join(dir, "work")
+	os.Mkdir(work, 0o755)
+	plan := writePlan(t, dir, racePlan)
+	var rs [2]asyncResult
+	var wg sync.WaitGroup
+	for i := range rs {
+		wg.Go(func() {
+			rs[i] = prismAsync(dir, "run", "-n", "2", "--workdir", work, "--results", filepath.Join(dir, fmt.Sprint("res", i)), plan)
+		})
+	}
+	wg.Wait()
+	m, _ := filepath.Glob(filepath.Join(work, "prism-datasets", "race-*"))
+	if len(m) != 1 {
+		t.Fatalf("persistent directories of race: %v", m)
+	}
+	pd := m[0]
+	writers := 0
+	for i, r := range rs {
+		if r.err != nil {
+			t.Fatalf("job %d: %v", i, r.err)
+		}
+		switch {
+		case r.code == 0 && reusedMetric(t, r.result) == 0:
+			writers++
+		case r.code == 0:
+			// Waited for the other job (or started after it), then
+			// reused it; the wait is in the manifest.
+			wait := createMetric(t, r.result, "dataset_wait_s")
+			if said := strings.Contains(r.stderr, "waiting for it"); said != (wait > 0) {
+				t.Errorf("job %d: says it waited: %v, dataset_wait_s = %v", i, said, wait)
+			}
+		default:
+			for _, want := range []string{pd, "is being created by run ", " on host ", "its lease renewed "} {
+				if !strings.Contains(r.stderr, want) {
+					t.Errorf("job %d failed (exit %d) without naming %q:\n%s", i, r.code, want, r.stderr)
+				}
+			}
+		}
+		t.Logf("job %d: exit %d\n%s", i, r.code, r.stderr)
+		if strings.Contains(r.stderr, "panic") {
+			t.Errorf("job %d panicked:\n%s", i, r.stderr)
+		}
+	}
+	if writers != 1 {
+		t.Errorf("%d jobs wrote the dataset, want exactly 1\njob 0 (exit %d):\n%s\njob 1 (exit %d):\n%s", writers, rs[0].code, rs[0].stderr, rs[1].code, rs[1].stderr)
+	}
+	mk, err := os.Stat(filepath.Join(pd, ".prism-persistent"))
+	if err != nil {
+		t.Fatalf("no marker: %v", err)
+	}
+	files := datasetFiles(t, pd)
+	if len(files) != 64 {
+		t.Errorf("%d files in %s, want 64", len(files), pd)
+	}
+	for p, id := range files {
+		if id.mtime > mk.ModTime().UnixNano() {
+			t.Errorf("%s written after the marker", p)
+		}
+	}
+	reader := filepath.Join(dir, "reader.toml")
+	os.WriteFile(reader, []byte(raceReaderPlan), 0o644)
+	if r := prism(t, dir, "run", "-n", "2", "--workdir", work, "--results", filepath.Join(dir, "res"), reader); r.code != 0 {
+		t.Errorf("reader: exit %d\n%s", r.code, r.stderr)
+	}
+}
+
+type asyncResult struct {
+	result
+	err error
+}
+
+// prismAsync is prism for a goroutine: it reports a failure to start in
+// err instead of failing the test.
+func prismAsync(dir string, args ...string) asyncResult {
+	cmd := exec.Command(prismBin, args...)
+	cmd.Dir = dir
+	cmd.Env = cleanEnv()
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	r := asyncResult{result: result{stdout: out.String(), stderr: errb.String()}}
+	if ee, ok := err.(*exec.ExitError); ok {
+		r.code = ee.ExitCode()
+	} else {
+		r.err = err
+	}
+	return r
+}
+
+// TestPersistentDatasetWaitOutlastsCoordination: a job of 2 ranks waits
+// for another job's live claim longer than its coordination_timeout (rank
+// 0 looks once a second and its ranks follow round by round, so no rank
+// sits in one collective for the whole wait), then, the claim released,
+// writes the dataset itself.
+func TestPersistentDatasetWaitOutlastsCoordination(t *testing.T) {
+	dir := t.TempDir()
+	work := filepath.Join(dir, "work")
+	os.Mkdir(work, 0o755)
+	plan := writePlan(t, dir, strings.NewReplacer("VERIFY", "stat", `persist = "tiny"`, "persist = \"tiny\"\npersist_wait = \"1m\"",
+		`drop_caches = "none"`, "drop_caches = \"none\"\ncoordination_timeout = \"1s\"").Replace(persistPlan))
+	if r := prism(t, dir, "run", "--workdir", work, "--results", filepath.Join(dir, "res"), plan); r.code != 0 {
+		t.Fatalf("exit %d\n%s", r.code, r.stderr)
+	}
+	pd := persistDir(t, work)
+	if r := prism(t, dir, "datasets", "--workdir", work, "rm", filepath.Base(pd)); r.code != 0 {
+		t.Fatalf("rm: exit %d\n%s", r.code, r.stderr)
+	}
+	// Another job's claim, live: renewed by this test until released.
+	os.Mkdir(pd, 0o755)
+	partial := filepath.Join(pd, ".prism-persistent-partial")
+	os.WriteFile(partial, []byte(`{"prism":"persistent","kind":"dataset","run_id":"other-run","host":"other-host","pid":1,"rank":0,"token":"t0","lease_s":30,"renew_s":1}`), 0o644)
+	stop := make(chan struct{})
+	renewed := make(chan struct{})
+	go func() {
+		defer close(renewed)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				os.Rename(partial, partial+".released-t0")
+				return
+			case <-time.After(200 * time.Millisecond):
+				now := time.Now()
+				os.Chtimes(partial, now, now)
+			}
+		}
+	}()
+	var r asyncResult
+	done := make(chan struct{})
+	go func() {
+		r = prismAsync(dir, "run", "-n", "2", "--workdir", work, "--results", filepath.Join(dir, "res"), plan)
+		close(done)
+	}()
+	// Released once the job has waited three coordination timeouts
+	// (counted from its run directory's appearance).
+	for i := 0; ; i++ {
+		if runs, _ := filepath.Glob(filepath.Join(work, "prism-2*")); len(runs) > 0 || i == 600 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	time.Sleep(3 * time.Second)
+	close(stop)
+	<-renewed
+	<-done
+	if r.err != nil || r.code != 0 {
+		t.Fatalf("exit %d, %v\n%s", r.code, r.err, r.stderr)
+	}
+	for _, want := range []string{"is being created by run other-run on host other-host", "waiting for it", "unfinished creation: writing it again"} {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("stderr does not say %q:\n%s", want, r.stderr)
+		}
+	}
+	if v := reusedMetric(t, r.result); v != 0 {
+		t.Errorf("dataset_reused = %v", v)
+	}
+	if w := createMetric(t, r.result, "dataset_wait_s"); w <= 0 {
+		t.Errorf("dataset_wait_s = %v", w)
+	}
+	if len(datasetFiles(t, pd)) != 12 {
+		t.Errorf("not written")
 	}
 }

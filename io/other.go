@@ -34,6 +34,7 @@ func OpenName(dirfd int, name []byte, flags int) (int, error)      { return -1, 
 func PreadFull(fd int, b []byte, off int64) (int, error)           { return 0, ErrUnsupported }
 func PwriteFull(fd int, b []byte, off int64) (int, error)          { return 0, ErrUnsupported }
 func Fsync(fd int) error                                           { return ErrUnsupported }
+func Touch(fd int) error                                           { return ErrUnsupported }
 func Fdatasync(fd int) error                                       { return ErrUnsupported }
 func Sync(fd int, m SyncMode) error                                { return ErrUnsupported }
 func Fallocate(fd int, off, n int64) error                         { return ErrUnsupported }

@@ -28,6 +28,8 @@
 //	             ObjectStore (a rank's client and run prefix in a bucket)
 //	persist.go   persistent datasets and checkpoints: <workdir>/prism-datasets/
 //	             <name>-<hash>/, markers, file lists, checks, list and rm
+//	persistclaim.go  two jobs creating one persistent directory: the
+//	             O_EXCL claim, its lease and renewal, waiting, takeover
 //
 //	metadata/    create/list/move/delete_files, folder_bench, synthetic_workload
 //	checkpoint/  ddp/fsdp save and load, rl_load, mlperf_checkpoint

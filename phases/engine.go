@@ -943,7 +943,10 @@ func (e *engine) runPhase(ctx context.Context, c spmd.Comm, s *Spec, sweep bool)
 		Comm: c, Rank: c.Rank(), Size: c.Size(), Host: c.Host(), Name: s.Name, Kind: s.Kind,
 		Dir: filepath.Join(e.runDir, dirName), Log: e.o.Stderr, State: e.state,
 		WorldRank: e.comm.Rank(), Index: s.Index, spec: s, Run: e.run, Rel: dirName, Workdir: e.wd,
-		RunID: e.runID, Storage: e.o.Plan.Header.StorageOptions,
+		RunID: e.runID, Storage: e.o.Plan.Header.StorageOptions, CoordinationTimeout: time.Duration(e.o.Plan.Header.CoordinationTimeout),
+	}
+	if env.CoordinationTimeout <= 0 {
+		env.CoordinationTimeout = defaultCoordinationTimeout
 	}
 	if e.o.Progress != ProgressNone {
 		env.ProgressEvery = e.progressEvery()

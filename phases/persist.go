@@ -35,7 +35,9 @@ import (
 // list and the marker last, each through a temporary name renamed into
 // place, so a crash at any point leaves a directory that is prism's but
 // never taken for complete; the next creation with the same parameters
-// writes it again.
+// writes it again. PersistPartial is also the creating job's claim, with
+// a lease, so that two jobs creating one directory at once never both
+// write it (persistclaim.go).
 const (
 	PersistDir     = "prism-datasets"
 	PersistMarker  = ".prism-persistent"         // complete: PersistInfo, JSON
@@ -95,11 +97,23 @@ type Persistent struct {
 	Dir  string       // its name below PersistDir
 	Info *PersistInfo // the marker; nil while it is being created
 	List []byte       // the file list's JSON (complete directories)
+	// Waited is how long rank 0 waited for another job's creation
+	// (CreatePersistent); 0 elsewhere.
+	Waited time.Duration
+	claim  *claim // rank 0, while this job creates it
 }
 
-// Close releases the directory.
+// Close releases the directory, and a claim this job did not complete
+// (its phase failed: the next job claims it at once).
 func (p *Persistent) Close() {
-	if p != nil && p.Root != nil {
+	if p == nil {
+		return
+	}
+	if p.claim != nil {
+		p.claim.release()
+		p.claim = nil
+	}
+	if p.Root != nil {
 		p.Root.Close()
 		p.Root = nil
 	}
@@ -185,9 +199,11 @@ func writeAtomic(d *pio.Dir, name, tag string, data []byte) error {
 }
 
 // openAll opens dir below PersistDir on every rank after rank 0 chose it;
-// the result is agreed.
+// the result is agreed. On an error it closes what it opened itself, not
+// mine, which stays the caller's.
 func openAll(ctx context.Context, env *Env, parent *pio.Dir, mine *pio.Dir, dir string) (*pio.Dir, error) {
 	var local error
+	passed := mine != nil
 	if mine == nil {
 		if parent == nil {
 			if parent, local = persistParent(env); local == nil {
@@ -201,7 +217,7 @@ func openAll(ctx context.Context, env *Env, parent *pio.Dir, mine *pio.Dir, dir 
 		}
 	}
 	if err := env.Agree(ctx, local); err != nil {
-		if mine != nil {
+		if mine != nil && !passed {
 			mine.Close()
 		}
 		return nil, err
@@ -210,75 +226,88 @@ func openAll(ctx context.Context, env *Env, parent *pio.Dir, mine *pio.Dir, dir 
 }
 
 // CreatePersistent is the collective start of a phase with persist =
-// name: rank 0 makes <workdir>/PersistDir/<name>-<hash>/ (marked partial)
-// or finds it. A complete one with the same parameters comes back with
-// its Info and List on every rank (the phase reuses it and writes
-// nothing); otherwise Info is nil and the phase writes its files into
-// Root, then calls Complete. A directory of that name without prism's
-// markers is refused, never written into.
-func CreatePersistent(ctx context.Context, env *Env, kind, name string, params any) (*Persistent, error) {
+// name: rank 0 makes <workdir>/PersistDir/<name>-<hash>/ and claims it
+// (persistclaim.go), or finds it. A complete one with the same parameters
+// comes back with its Info and List on every rank (the phase reuses it and
+// writes nothing); otherwise Info is nil, this job holds the claim, and
+// the phase writes its files into Root, then calls Complete. Another job's
+// claim is waited for, at most wait (0: refused at once), looking again
+// every persistRenew (less under a short coordination_timeout), each look
+// a collective round so that no rank waits longer than that at a
+// collective. A directory of that name without
+// prism's markers is refused, never written into.
+func CreatePersistent(ctx context.Context, env *Env, kind, name string, params any, wait time.Duration) (*Persistent, error) {
 	dir, hash, raw := PersistDirName(kind, name, params)
-	var msg []byte
-	var local error
-	var root, parent *pio.Dir
+	var c *creator
 	if env.Rank == 0 {
-		local = func() error {
-			var err error
-			if parent, err = persistParent(env); err != nil {
-				return env.Errorf("setup: %w", err)
+		c = &creator{env: env, kind: kind, name: name, dir: dir, hash: hash, raw: raw, wait: wait, start: time.Now()}
+		defer func() {
+			if c.parent != nil {
+				c.parent.Close()
 			}
-			root, err = parent.MakeSub(dir, 0o755)
-			if err == nil {
-				partial, _ := json.Marshal(PersistInfo{Prism: "persistent", Kind: kind, Name: name, Hash: hash, Params: raw, RunID: env.RunID, Phase: env.Name, Host: env.Host, Created: time.Now().UTC().Format(time.RFC3339)})
-				if err := writeAtomic(root, PersistPartial, env.RunID, partial); err != nil {
-					return env.Errorf("setup: %w", err)
-				}
-				return nil
-			}
-			if !errors.Is(err, unix.EEXIST) {
-				return env.Errorf("setup: %w", err)
-			}
-			if root, err = parent.OpenSub(dir); err != nil {
-				return env.Errorf("setup: %w", err)
-			}
-			info, list, cerr := readComplete(root, dir)
-			if marked, _ := readMarker(root, dir); cerr != nil && marked != nil {
-				// Complete once, damaged since (its list changed): not
-				// prism's to overwrite silently.
-				return env.Errorf("setup: %w (prism datasets rm it to write it again)", cerr)
-			}
-			if cerr == nil {
-				msg, _ = json.Marshal(struct {
-					Info *PersistInfo
-					List []byte
-				}{info, list})
-				return nil
-			}
-			if _, err := root.ReadFile(PersistPartial, 1<<20); err != nil {
-				return env.Errorf("setup: %s exists and carries none of prism's markers: prism does not write into it (remove it yourself, or choose another persist name)", root.Path())
-			}
-			fmt.Fprintf(env.Log, "prism: %s %q: %s is an unfinished creation: writing it again\n", env.Kind, env.Name, root.Path())
-			return nil
 		}()
 	}
-	if parent != nil {
-		defer parent.Close()
+	// abandon undoes rank 0's half of a creation no caller gets.
+	abandon := func() {
+		if c != nil {
+			if c.cl != nil {
+				c.cl.release()
+			}
+			if c.root != nil {
+				c.root.Close()
+			}
+		}
 	}
-	msg, err := agreeAndShare(ctx, env, local, root, msg)
+	var msg []byte
+	for {
+		var state []byte
+		var local error
+		if c != nil {
+			var st lookState
+			st, msg, local = c.look(ctx)
+			state = append([]byte{st}, msg...)
+		}
+		if err := env.Agree(ctx, local); err != nil {
+			abandon()
+			return nil, err
+		}
+		out, err := env.Comm.Bcast(ctx, 0, state)
+		if err != nil {
+			abandon()
+			return nil, err
+		}
+		if len(out) == 0 {
+			abandon()
+			return nil, env.Errorf("setup: persistent directory %s: no answer from rank 0", dir)
+		}
+		if out[0] != lookWait {
+			msg = out[1:]
+			break
+		}
+	}
+	var mine, parent *pio.Dir
+	if c != nil {
+		mine, parent = c.root, c.parent
+	}
+	root, err := openAll(ctx, env, parent, mine, dir)
 	if err != nil {
-		return nil, err
-	}
-	if root, err = openAll(ctx, env, parent, root, dir); err != nil {
+		abandon()
 		return nil, err
 	}
 	p := &Persistent{Root: root, Dir: dir}
+	if c != nil {
+		p.claim, p.Waited = c.cl, time.Since(c.start)
+		if c.rounds == 1 {
+			p.Waited = 0
+		}
+	}
 	if len(msg) > 0 {
 		var m struct {
 			Info *PersistInfo
 			List []byte
 		}
 		if err := json.Unmarshal(msg, &m); err != nil {
-			root.Close()
+			p.Close()
 			return nil, env.Errorf("setup: persistent marker from rank 0: %w", err)
 		}
 		p.Info, p.List = m.Info, m.List
@@ -292,6 +321,14 @@ func CreatePersistent(ctx context.Context, env *Env, kind, name string, params a
 // writes; call it on rank 0 and agree on its error.
 func (p *Persistent) Complete(env *Env, kind, name string, params any, list []byte, files int, bytes int64) error {
 	_, hash, raw := PersistDirName(kind, name, params)
+	if p.claim == nil {
+		return env.Errorf("verify: %s: this run holds no claim on it", p.Root.Path())
+	}
+	// Another job took the claim over (this one stalled past its lease):
+	// its files may be the other job's, so no marker of this run's.
+	if err := p.claim.check(); err != nil {
+		return env.Errorf("verify: %w", err)
+	}
 	if err := writeAtomic(p.Root, PersistList, env.RunID, list); err != nil {
 		return env.Errorf("verify: %w", err)
 	}
@@ -302,9 +339,14 @@ func (p *Persistent) Complete(env *Env, kind, name string, params any, list []by
 	if err := p.Root.Sync(); err != nil {
 		return env.Errorf("verify: %w", pio.NewOpError("fsync", p.Root.Path(), err))
 	}
+	if err := p.claim.check(); err != nil {
+		return env.Errorf("verify: %w", err)
+	}
 	if err := writeAtomic(p.Root, PersistMarker, env.RunID, append(b, '\n')); err != nil {
 		return env.Errorf("verify: %w", err)
 	}
+	p.claim.stopRenewing()
+	p.claim = nil
 	if err := p.Root.Unlink(pio.MustName(PersistPartial)); err != nil && err != unix.ENOENT {
 		return env.Errorf("verify: %w", p.Root.Wrap("unlink", pio.MustName(PersistPartial), err))
 	}
@@ -380,7 +422,11 @@ func OpenPersistent(ctx context.Context, env *Env, key, kind, name string) (*Per
 		}
 		return nil, env.Errorf("setup: persistent marker from rank 0: %w", err)
 	}
+	mine := root
 	if root, err = openAll(ctx, env, parent, root, m.Dir); err != nil {
+		if mine != nil {
+			mine.Close()
+		}
 		return nil, err
 	}
 	return &Persistent{Root: root, Dir: m.Dir, Info: m.Info, List: m.List}, nil
@@ -522,6 +568,17 @@ func statusOf(d *pio.Dir, dir string) PersistEntry {
 		if json.Unmarshal(b, info) == nil && info.Prism == "persistent" {
 			ent.Status, ent.Info = "partial", info
 		}
+		return ent
+	}
+	// A claim released (its phase failed) or moved aside by a taker that
+	// died before it claimed: an unfinished creation of prism's.
+	if entries, err := os.ReadDir(d.ProcPath()); err == nil {
+		for _, e := range entries {
+			if strings.HasPrefix(e.Name(), PersistPartial+".") {
+				ent.Status, ent.Info = "partial", &PersistInfo{}
+				break
+			}
+		}
 	}
 	return ent
 }
@@ -554,6 +611,14 @@ func RemovePersistent(workdir, name string) (string, error) {
 	if statusOf(d, dir).Status == "foreign" {
 		return "", fmt.Errorf("not removing %s: it carries no marker of prism's (%s or %s), so prism did not create it", d.Path(), PersistMarker, PersistPartial)
 	}
+	// A creation under way (its lease fresh by this host's clock): its
+	// creator would fail on files vanishing under it.
+	if c, _ := readClaim(d); c != nil {
+		lease, _ := c.lease()
+		if age := time.Since(c.mtime()); age < lease {
+			return "", fmt.Errorf("not removing %s: it is being created by %s (its lease renewed %s ago); remove it once that run ends, or after its lease (%s) has run out", d.Path(), c.who(), age.Round(time.Millisecond), lease)
+		}
+	}
 	if err := d.Remove(); err != nil {
 		return "", err
 	}
@@ -562,17 +627,27 @@ func RemovePersistent(workdir, name string) (string, error) {
 
 // Restart makes a complete persistent directory partial again, on rank 0,
 // before a phase writes it anew (a checkpoint write run measures its
-// writes every time): the partial marker goes in first, then the marker
-// goes, so no reader takes the directory for complete while it changes.
+// writes every time): this run claims it first (as CreatePersistent does
+// a new one; another job's claim fails it, naming that job), then the
+// marker goes, so no reader takes the directory for complete while it
+// changes.
 func (p *Persistent) Restart(env *Env) error {
 	if p.Info == nil {
 		return nil
 	}
-	partial, _ := json.Marshal(PersistInfo{Prism: "persistent", Kind: p.Info.Kind, Name: p.Info.Name, Hash: p.Info.Hash, Params: p.Info.Params,
+	cl, err := takeClaim(env, p.Root, PersistInfo{Prism: "persistent", Kind: p.Info.Kind, Name: p.Info.Name, Hash: p.Info.Hash, Params: p.Info.Params,
 		RunID: env.RunID, Phase: env.Name, Host: env.Host, Created: time.Now().UTC().Format(time.RFC3339)})
-	if err := writeAtomic(p.Root, PersistPartial, env.RunID, partial); err != nil {
+	if err != nil {
 		return env.Errorf("setup: %w", err)
 	}
+	if cl == nil {
+		who := "another run"
+		if c, _ := readClaim(p.Root); c != nil && c.valid {
+			who = c.who()
+		}
+		return env.Errorf("setup: %s is being written again by %s: two write runs of one persistent checkpoint cannot run at once", p.Root.Path(), who)
+	}
+	p.claim = cl
 	if err := p.Root.Unlink(pio.MustName(PersistMarker)); err != nil && err != unix.ENOENT {
 		return env.Errorf("setup: %w", p.Root.Wrap("unlink", pio.MustName(PersistMarker), err))
 	}

@@ -218,6 +218,10 @@ type Env struct {
 	// RunID is the run's id: the name of its run directory (prism-<RunID>)
 	// and of its prefix in object storage.
 	RunID string
+	// CoordinationTimeout is the plan's coordination_timeout: the longest
+	// wait for another rank, and the default of a wait for another job
+	// (persist_wait).
+	CoordinationTimeout time.Duration
 	// Storage is the plan's storage options ([plan] storage and s3_*), for
 	// phases that can run over object storage (StorageOptions.Over).
 	Storage StorageOptions
@@ -430,5 +434,5 @@ func NewEnv(kind, dir string, log io.Writer) *Env {
 		panic(fmt.Sprintf("phases.NewEnv: %v", err))
 	}
 	return &Env{Comm: spmd.NewSingle(), Size: 1, Host: "localhost", Name: kind, Kind: kind, Dir: dir, RankDir: dir,
-		Shared: d, Own: d, Run: d, Cache: CacheNone, Log: log, State: map[string]any{}, set: report.NewSet(), metrics: map[string]float64{}}
+		Shared: d, Own: d, Run: d, Cache: CacheNone, CoordinationTimeout: defaultCoordinationTimeout, Log: log, State: map[string]any{}, set: report.NewSet(), metrics: map[string]float64{}}
 }

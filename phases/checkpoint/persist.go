@@ -79,7 +79,7 @@ func (p *mlperfCheckpoint) openPersist(ctx context.Context, env *phases.Env) err
 	p.persGens = 0
 	switch {
 	case c.Persist != "":
-		pers, err := phases.CreatePersistent(ctx, env, "checkpoint", c.Persist, c.persistParams())
+		pers, err := phases.CreatePersistent(ctx, env, "checkpoint", c.Persist, c.persistParams(), env.CoordinationTimeout)
 		if err != nil {
 			return err
 		}

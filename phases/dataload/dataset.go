@@ -216,6 +216,9 @@ type createDatasetConfig struct {
 	BufferBudget phases.Size `toml:"buffer_budget" doc:"memory per rank for content generated in setup; a larger share is generated chunk by chunk during the run, between the timed writes (wall time then includes generation)"`
 	// Persist keeps the dataset outside the run directory (persist.go).
 	Persist string `toml:"persist" doc:"a name: write the dataset once under <workdir>/prism-datasets/<name>-<hash of sizes, copies, total, subdirs, seed>/, reuse it when it is already there (complete), and never remove it at the end of the run; train and md5_check read it with dataset = \"<name>\" (prism datasets list | rm)"`
+	// PersistWait bounds the wait for another job creating the same
+	// persistent dataset (phases/persistclaim.go).
+	PersistWait *phases.Duration `toml:"persist_wait" doc:"with persist: how long to wait for another job that is creating the same dataset (then reuse it); \"0s\" fails at once naming that job; default: the plan's coordination_timeout"`
 	// With storage = "s3://…", every file is an object named like it
 	// (s3.go).
 	phases.StorageOptions
@@ -242,6 +245,8 @@ func (c *createDatasetConfig) Validate() error {
 		if c.IsS3() {
 			return &phases.KeyError{Key: "persist", Msg: "persistent datasets live in the workdir: not with storage = \"s3://…\""}
 		}
+	} else if c.PersistWait != nil {
+		return &phases.KeyError{Key: "persist_wait", Msg: "waits for another job creating a persistent dataset: only with persist"}
 	}
 	if c.BufferBudget < 0 || c.BufferBudget > 1<<40 {
 		return &phases.KeyError{Key: "buffer_budget", Msg: fmt.Sprintf("%s out of range (0 .. 1TiB)", c.BufferBudget)}

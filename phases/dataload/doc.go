@@ -19,8 +19,10 @@
 //
 // With persist = "<name>" (persist.go), create_dataset writes the dataset
 // once into a persistent directory outside the run directory
-// (phases/persist.go) and a later one reuses it; train and md5_check read
-// it with dataset = "<name>" after a stat (or MD5) pass on every rank.
+// (phases/persist.go) and a later one reuses it; a job that finds another
+// creating it waits for it, at most persist_wait (phases/persistclaim.go);
+// train and md5_check read it with dataset = "<name>" after a stat (or
+// MD5) pass on every rank.
 //
 // It imports only the framework (phases), phases/ckpt, io, report and spmd
 // (see phases/doc.go); phases/all registers its kinds.

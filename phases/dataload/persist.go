@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -88,7 +89,11 @@ func decodeList(env *phases.Env, pers *phases.Persistent) ([]dsFile, int64, erro
 func (p *createDataset) setupPersist(ctx context.Context, env *phases.Env) error {
 	p.reuse = nil
 	p.pers.Close()
-	pers, err := phases.CreatePersistent(ctx, env, "dataset", p.cfg.Persist, p.cfg.DatasetKeys.persistParams())
+	wait := env.CoordinationTimeout
+	if p.cfg.PersistWait != nil {
+		wait = time.Duration(*p.cfg.PersistWait)
+	}
+	pers, err := phases.CreatePersistent(ctx, env, "dataset", p.cfg.Persist, p.cfg.DatasetKeys.persistParams(), wait)
 	if err != nil {
 		return err
 	}
@@ -164,6 +169,8 @@ func (p *createDataset) verifyPersist(ctx context.Context, env *phases.Env) erro
 		env.SetMetric("dataset_files", float64(len(ds.Files)))
 		env.SetMetric("dataset_bytes", float64(ds.Bytes))
 		env.SetMetric("dataset_reused", reused)
+		// Time spent waiting for another job creating it (0 when none).
+		env.SetMetric("dataset_wait_s", p.pers.Waited.Seconds())
 	}
 	p.ok = true
 	return nil
