@@ -1042,6 +1042,12 @@ func (e *engine) runPhase(ctx context.Context, c spmd.Comm, s *Spec, sweep bool)
 			if err != nil {
 				return nil, err
 			}
+			if !env.stuck {
+				// Outside the timed window: the worker sets the Run left
+				// (NewSet). An abandoned step's workers may still write
+				// theirs; its iteration has failed anyway.
+				env.mergeWatched()
+			}
 			failure = runErr
 			if failure == nil && v[0] != 0 {
 				failure = &peerError{rank: c.Size() - int(v[0]), what: "run"}

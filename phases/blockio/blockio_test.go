@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -864,5 +865,95 @@ func BenchmarkBioStamp(b *testing.B) {
 	b.SetBytes(int64(len(buf)))
 	for i := int64(0); b.Loop(); i++ {
 		job.stamp(buf, 0, i<<20, 0)
+	}
+}
+
+// TestBlockIOTimedSpanHoldsOnlyTheOps: what a Run of blockio used to do
+// inside the timed span besides its ops, and must not again
+// (docs/PERFORMANCE.md, the IOR read cell). On both engines and for one
+// and for several workers: Setup leaves every read buffer's pages mapped
+// (else the first timed read faults them in: 256 faults per 1 MiB
+// buffer), Run merges no worker set into the rank's (the engine does,
+// after the clock: creating the rank's recorder costs ~0.25 ms), and a
+// single worker runs on Run's goroutine (no goroutine started and waited
+// for).
+func TestBlockIOTimedSpanHoldsOnlyTheOps(t *testing.T) {
+	dir := fstest.DiskDir(t)
+	page := os.Getpagesize()
+	for _, tc := range []struct {
+		engine        string
+		jobs, iodepth int
+	}{{enginePsync, 1, 1}, {enginePsync, 2, 2}, {engineURing, 1, 2}, {engineURing, 2, 1}} {
+		name := fmt.Sprintf("%s jobs %d iodepth %d", tc.engine, tc.jobs, tc.iodepth)
+		p := &blockIO{cfg: defaultBlockIOConfig()}
+		p.cfg.RW, p.cfg.BS, p.cfg.Size, p.cfg.IOEngine = "read", 256<<10, 1<<20, tc.engine
+		p.cfg.Jobs, p.cfg.IODepth = tc.jobs, tc.iodepth
+		if err := p.cfg.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		env := phasestest.EnvIn(t, "blockio", dir)
+		ctx := context.Background()
+		// Pages the heap had mapped go back to the OS, so that the
+		// buffers Setup allocates are fresh, as in the engine's
+		// iterations (quiesceHeap).
+		debug.FreeOSMemory()
+		if err := p.Setup(ctx, env); err != nil {
+			t.Fatal(err)
+		}
+		var bufs [][]byte
+		for _, job := range p.jobs {
+			for _, w := range job.workers {
+				if w.ring == nil {
+					bufs = append(bufs, w.buf)
+				}
+				for _, sl := range w.slots {
+					if sl.buf != nil {
+						bufs = append(bufs, sl.buf)
+					}
+				}
+			}
+		}
+		if len(bufs) == 0 {
+			t.Fatalf("%s: no read buffers found", name)
+		}
+		for _, b := range bufs {
+			// mincore wants a page-aligned start: from b's first page
+			// boundary on (b's start itself when it is page-aligned).
+			skip := (page - int(uintptr(unsafe.Pointer(&b[0]))%uintptr(page))) % page
+			span := b[skip:]
+			vec := make([]byte, (len(span)+page-1)/page)
+			if _, _, e := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&span[0])), uintptr(len(span)), uintptr(unsafe.Pointer(&vec[0]))); e != 0 {
+				t.Fatal(e)
+			}
+			for i, v := range vec {
+				if v&1 == 0 {
+					t.Fatalf("%s: page %d of %d of a read buffer is not mapped after Setup", name, i, len(vec))
+				}
+			}
+		}
+		before := runtime.NumGoroutine()
+		var inRun atomic.Int32
+		inRun.Store(-1)
+		blockIOOpHook = func(op bioOp) {
+			if op.Job == 0 && op.Worker == 0 {
+				inRun.CompareAndSwap(-1, int32(runtime.NumGoroutine()-before))
+			}
+		}
+		err := p.Run(ctx, env)
+		blockIOOpHook = nil
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := env.Recorder("read").Ops; n != 0 {
+			t.Errorf("%s: Run merged %d read ops into the rank's set inside the timed span", name, n)
+		}
+		single := tc.jobs == 1 && (tc.iodepth == 1 || p.engine == engineURing) // the engine in effect
+		if extra := inRun.Load(); single && extra != 0 || !single && extra <= 0 {
+			t.Errorf("%s: %d goroutines more than before Run during its first op (0 for a single worker on Run's own)", name, extra)
+		}
+		if err := p.Verify(ctx, env); err != nil {
+			t.Fatal(err)
+		}
+		p.Teardown(ctx, env)
 	}
 }

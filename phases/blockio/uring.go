@@ -92,6 +92,7 @@ func (p *blockIO) prepareRing(env *phases.Env, job *bioJob, wk *bioWorker, r *ur
 	if c.reads() {
 		for i := 0; i < c.IODepth; i++ {
 			wk.slots[i].buf = pio.AlignedBuffer(int(c.BS), p.align.Bytes)
+			pio.Prefault(wk.slots[i].buf) // not by the first timed read
 			bufs = append(bufs, wk.slots[i].buf)
 		}
 	}

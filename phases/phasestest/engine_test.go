@@ -26,6 +26,7 @@ type tickConfig struct {
 	FailStep string `toml:"fail_step" doc:"run | agree"`
 	Short    int    `toml:"short_rank" doc:"rank that does a third of the ops (-1: none)"`
 	PauseMs  int    `toml:"pause_ms" doc:"milliseconds between two ops"`
+	Sets     bool   `toml:"worker_sets" doc:"record into two worker sets (Env.NewSet), merge the first, leave the second to the engine"`
 }
 
 func (p *tick) Config() any                                 { return &p.cfg }
@@ -43,13 +44,23 @@ func (p *tick) Footprint(ranks int) phases.Footprint { return phases.Footprint{}
 
 func (p *tick) Run(ctx context.Context, env *phases.Env) error {
 	rec := env.Recorder("tick")
+	var sets [2]*report.Set
+	if p.cfg.Sets {
+		sets = [2]*report.Set{env.NewSet(), env.NewSet()}
+	}
 	n := p.cfg.Ops + env.Rank
 	if env.WorldRank == p.cfg.Short {
 		n /= 3
 	}
 	for i := 0; i < n; i++ {
+		if p.cfg.Sets {
+			rec = sets[i%2].Op("tick")
+		}
 		rec.Observe(rec.Begin(), int(p.cfg.Bytes), nil)
 		time.Sleep(time.Duration(p.cfg.PauseMs) * time.Millisecond)
+	}
+	if p.cfg.Sets {
+		env.Merge(sets[0])
 	}
 	switch {
 	case p.fails(env, "run"):
@@ -103,6 +114,21 @@ func TestGatherMergesEveryRank(t *testing.T) {
 	}
 	if res.Manifest.Comm.Hosts != 2 || res.Manifest.Comm.Ranks != 3 {
 		t.Errorf("comm: %d ranks on %d hosts, want 3 on 2", res.Manifest.Comm.Ranks, res.Manifest.Comm.Hosts)
+	}
+}
+
+// Worker sets (Env.NewSet) a Run leaves unmerged are merged by the engine
+// after the timed span, once each, iteration by iteration; a set the Run
+// merged itself is not counted again.
+func TestEngineMergesWorkerSetsLeftByRun(t *testing.T) {
+	res := Run(t, tickRegistry(), "[[phase]]\nkind = \"tick\"\nops = 10\nworker_sets = true\nwarmup = 1\niterations = 2\n", Ranks(2))
+	ph := res.Phase(t, "tick")
+	if ph.Status != report.StatusPassed {
+		t.Fatalf("status %s: %s", ph.Status, ph.Error)
+	}
+	// Two measured iterations of 10 + 11 ops.
+	if op := ph.OpsByType["tick"]; ph.Ops != 42 || ph.Bytes != 4200 || op.Ops != 42 {
+		t.Errorf("ops %d bytes %d ops_by_type %+v, want 42 ops and 4200 bytes", ph.Ops, ph.Bytes, op)
 	}
 }
 
