@@ -190,3 +190,22 @@ func TestProgressTTYClearsForMessages(t *testing.T) {
 		t.Errorf("the last drawn line was not cleared at the end of the Run: %q", res.Stderr[max(0, len(res.Stderr)-200):])
 	}
 }
+
+// TestIterationWallIsTheRunsOwn: an iteration's wall is read around the
+// phase's Run itself, so what the engine does around the step (its
+// goroutines, the stall monitor, progress, waking up when the step ends)
+// is not charged to the storage. A hook stretches that part to 300 ms
+// while the Run sleeps 1 ms: a wall holding the hook's time fails.
+func TestIterationWallIsTheRunsOwn(t *testing.T) {
+	defer phases.SetBeforeRunStep(func() { time.Sleep(300 * time.Millisecond) })()
+	out, _, _ := runSleepy(t, "[plan]\ndrop_caches = \"none\"\n[[phase]]\nkind = \"sleepy\"\nsleep = \"1ms\"\niterations = 2\n")
+	ph := out.Manifest.Phases[0]
+	if out.Status != "passed" || len(ph.Iterations) != 2 {
+		t.Fatalf("status %s, %d iterations", out.Status, len(ph.Iterations))
+	}
+	for i, w := range ph.Iterations {
+		if !(w > 0 && w < 0.3) {
+			t.Errorf("iteration %d: wall %.3f s holds the engine's 300 ms before the Run (want the Run's ~1 ms)", i, w)
+		}
+	}
+}
