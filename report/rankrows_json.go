@@ -69,15 +69,21 @@ func (rr *RankRows) writeJSON(w *bufio.Writer, pre, ind string) error {
 	rowOpen, rowClose := row+"{", row+"}"
 
 	// Each distinct string encoded once, by encoding/json itself (its
-	// escapes: HTML-safe, \u2028, invalid UTF-8 as \ufffd).
-	quoted, at := []byte(`""`), make([]int, max(len(rr.strs), 1)+1) // strs is nil while every string is ""
-	at[1] = len(quoted)
-	for i, s := range rr.strs[min(1, len(rr.strs)):] {
-		q, _ := json.Marshal(s) // a string always encodes
-		quoted = append(quoted, q...)
-		at[i+2] = len(quoted)
+	// escapes: HTML-safe, \u2028, invalid UTF-8 as \ufffd), as one array
+	// that the row scanner splits: span[2k:2k+2] is where string k is.
+	quoted, span := []byte(`""`), []int{0, 2} // strs is nil while every string is ""
+	if len(rr.strs) > 0 {
+		quoted, _ = json.Marshal(rr.strs) // strings always encode
+		span = make([]int, 0, 2*len(rr.strs))
+		p := rowScanner{b: quoted, i: 1} // past the '['
+		for range rr.strs {
+			start := p.i
+			p.str()
+			span = append(span, start, p.i)
+			p.next(',')
+		}
 	}
-	str := func(id uint64) []byte { return quoted[at[id]:at[id+1]] }
+	str := func(id uint64) []byte { return quoted[span[2*id]:span[2*id+1]] }
 
 	buf := make([]byte, 0, 32<<10)
 	buf = append(buf, '[')
