@@ -4,6 +4,7 @@ import (
 	"encoding/csv"
 	"encoding/json"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -438,5 +439,37 @@ func TestSummaryWide(t *testing.T) {
 	}
 	if r := prism(t, dir, "report", "--wide", m); r.code != 2 {
 		t.Errorf("report --wide without --summary: exit %d", r.code)
+	}
+}
+
+// run --json prints the manifest, byte for byte as manifest.json holds it
+// (both written by report.EncodeManifest, per-rank rows and all).
+func TestRunJSONIsTheManifest(t *testing.T) {
+	dir := t.TempDir()
+	plan := writePlan(t, dir, metaPlan)
+	r := prism(t, dir, "run", "-n", "2", plan, "--workdir", dir, "--results", filepath.Join(dir, "res"), "--json")
+	if r.code != 0 {
+		t.Fatalf("exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	var files []string
+	filepath.WalkDir(filepath.Join(dir, "res"), func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.Name() == "manifest.json" {
+			files = append(files, p)
+		}
+		return nil
+	})
+	if len(files) != 1 {
+		t.Fatalf("manifests %v", files)
+	}
+	b, err := os.ReadFile(files[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := report.ParseManifest(files[0], b)
+	if err != nil || len(m.Phases) == 0 || m.Phases[0].PerRank.Len() != 2 {
+		t.Fatalf("manifest: %v, %+v", err, m)
+	}
+	if !strings.Contains(r.stdout, string(b)) {
+		t.Errorf("stdout is not the manifest:\n%s\nmanifest.json:\n%s", r.stdout, b)
 	}
 }

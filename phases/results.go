@@ -2,7 +2,6 @@ package phases
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"io"
 	"math"
@@ -115,8 +114,11 @@ func (e *engine) writeResults(m *report.Manifest, out *Outcome) error {
 	if err := report.WriteManifest(e.resultFile("manifest.json"), m); err != nil {
 		var sb strings.Builder
 		report.WriteSummaryWith(&sb, m, report.SummaryOptions{Wide: e.o.Wide})
-		b, _ := json.MarshalIndent(m, "", "  ")
-		fmt.Fprintf(e.o.Stdout, "%s\nprism: the manifest could not be written (%v); here it is:\n%s\n", sb.String(), err, b)
+		var b bytes.Buffer
+		if report.EncodeManifest(&b, m) != nil {
+			b.Reset() // no half manifest: err says why it could not be encoded
+		}
+		fmt.Fprintf(e.o.Stdout, "%s\nprism: the manifest could not be written (%v); here it is:\n%s", sb.String(), err, b.Bytes())
 		return err
 	}
 	out.ManifestPath = filepath.Join(dir, "manifest.json")
@@ -185,9 +187,7 @@ func (e *engine) writeResults(m *report.Manifest, out *Outcome) error {
 		fmt.Fprintf(e.o.Stderr, "prism: %s\n", l)
 	}
 	if e.o.JSON {
-		b, _ := json.MarshalIndent(m, "", "  ")
-		_, err := e.o.Stdout.Write(append(b, '\n'))
-		return err
+		return report.EncodeManifest(e.o.Stdout, m)
 	}
 	_, err := io.WriteString(e.o.Stdout, sb.String())
 	return err

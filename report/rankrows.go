@@ -3,7 +3,6 @@ package report
 import (
 	"bytes"
 	"encoding/binary"
-	"encoding/json"
 	"iter"
 	"math"
 	"slices"
@@ -114,25 +113,38 @@ func (rr *RankRows) At(i int) RankResult {
 
 // decode reads row i from the start of b and returns the rest of b.
 func (rr *RankRows) decode(i int, b []byte) (RankResult, []byte) {
+	r, s, b := rr.decodeIDs(i, b)
+	r.Host, r.CPUs, r.Error = rr.str(s[0]), rr.str(s[1]), rr.str(s[2])
+	return r, b
+}
+
+// decodeIDs reads row i's numbers from the start of b, and its host, CPU
+// list and error as their indices into rr.strs (0 is ""): the JSON
+// encoder writes each string's encoding once, not each row's strings.
+func (rr *RankRows) decodeIDs(i int, b []byte) (RankResult, [3]uint64, []byte) {
 	// Every field was written by appendRow: the reads cannot fail.
 	varint := func() int64 {
 		v, n := binary.Varint(b)
 		b = b[n:]
 		return v
 	}
-	str := func() string {
-		v, n := binary.Uvarint(b)
-		b = b[n:]
-		if v == 0 { // rr.strs is nil while every string is ""
-			return ""
-		}
-		return rr.strs[v]
-	}
+	var s [3]uint64
 	r := RankResult{Rank: int(int64(i) + varint())}
-	r.Host, r.CPUs, r.Error = str(), str(), str()
+	for k := range s {
+		v, n := binary.Uvarint(b)
+		s[k], b = v, b[n:]
+	}
 	r.Bytes, r.Ops, r.Errors, r.MaxLatencyNs = varint(), varint(), varint(), varint()
 	r.Seconds = math.Float64frombits(binary.LittleEndian.Uint64(b))
-	return r, b[8:]
+	return r, s, b[8:]
+}
+
+// str is the string of index id.
+func (rr *RankRows) str(id uint64) string {
+	if id == 0 { // rr.strs is nil while every string is ""
+		return ""
+	}
+	return rr.strs[id]
 }
 
 // All yields every row with its index, in order.
@@ -157,54 +169,4 @@ func (rr *RankRows) Size() int {
 		n += len(s)
 	}
 	return n
-}
-
-// MarshalJSON writes the rows as the array of RankResult objects,
-// encoded by encoding/json as the []RankResult they replaced, 256 rows at
-// a time: the rows are never all unpacked at once.
-func (rr RankRows) MarshalJSON() ([]byte, error) {
-	if rr.off == nil {
-		return []byte("null"), nil
-	}
-	var buf bytes.Buffer
-	buf.Grow(len(rr.off)*160 + 2)
-	enc := json.NewEncoder(&buf)
-	chunk := make([]RankResult, 0, min(len(rr.off), 256))
-	flush := func() error {
-		at := buf.Len()
-		if err := enc.Encode(chunk); err != nil {
-			return err
-		}
-		// Encode wrote "[rows]\n": the chunks join into one array when
-		// each but the first opens with a comma and none closes.
-		if at > 0 {
-			buf.Bytes()[at] = ','
-		}
-		buf.Truncate(buf.Len() - 2)
-		chunk = chunk[:0]
-		return nil
-	}
-	for _, r := range rr.All() {
-		if chunk = append(chunk, r); len(chunk) == cap(chunk) {
-			if err := flush(); err != nil {
-				return nil, err
-			}
-		}
-	}
-	if len(chunk) > 0 || buf.Len() == 0 {
-		if err := flush(); err != nil {
-			return nil, err
-		}
-	}
-	return append(buf.Bytes(), ']'), nil
-}
-
-// UnmarshalJSON reads the array of RankResult objects (or null) and packs
-// it; a row of the wrong type is an error, after the rows that could be
-// read are packed, as encoding/json leaves a []RankResult.
-func (rr *RankRows) UnmarshalJSON(b []byte) error {
-	var rows []RankResult
-	err := json.Unmarshal(b, &rows)
-	*rr = RowsOf(rows...)
-	return err
 }
