@@ -4,11 +4,10 @@
 //
 // A rank runs `jobs` jobs; a job owns its file(s) and one offset sequence
 // (bioJob.op). Two engines issue it. io_uring (uring.go, the default): one
-// goroutine per job drives one ring with iodepth slots, submitting ready
-// requests two per io_uring_enter (below the kernel's block-plug
-// threshold) and waiting for at least one completion in the enter that
-// submits the last, as fio's io_uring engine waits, so a completion costs
-// no thread wake-up; where the kernel refuses a ring the phase falls back to
+// goroutine per job drives one ring with iodepth slots, submitting every
+// ready request and waiting for at least one completion in a single
+// io_uring_enter, as fio's io_uring engine does, so a completion costs no
+// thread wake-up; where the kernel refuses a ring the phase falls back to
 // psync and records why. psync: iodepth goroutines of the job take op
 // numbers with one atomic add each and issue pread/pwrite themselves, so
 // iodepth ops are really outstanding and a slow goroutine never leaves a

@@ -361,11 +361,10 @@ func (w *bioWorker) uringLoop(p *blockIO, t0 int64) {
 // starts a block plug for a submission of more than two
 // (io_submit_state_start's need_plug = max_ios > 2), and a plugged
 // request reaches the device only when the whole submission has been
-// issued, and not while the submitting thread is preempted (the
-// scheduler flushes a plug when a task sleeps, not when it is
-// preempted). At iodepth 16 under CPU contention the refills came in 15s
-// and each request waited 46 µs on average between its io_uring
-// submission and its dispatch to the device, against 5-7 µs unplugged
+// issued, or never while the submitting thread is preempted: the
+// scheduler flushes a plug when a task sleeps, not when it is preempted.
+// With iodepth 16 a refill of 15 slots held the first request about
+// 75 µs on a quiet machine and a whole time slice behind a busy loop
 // (docs/PERFORMANCE.md, "Where the refilled requests waited"); fio's
 // default shape, one SQE per enter, never plugs. Two per enter halves
 // the syscalls of that shape and stays under the threshold.
