@@ -158,12 +158,11 @@ func (w *bioWorker) closeRing() {
 
 // uringLoop is the io_uring engine's hot path: one goroutine per job
 // keeps iodepth requests in flight. Each pass prepares an SQE for every
-// idle slot, submitting them submitChunk at a time as they are prepared
-// (unplugged), and the enter that submits the last of them waits for at
+// idle slot, then one io_uring_enter submits them all and waits for at
 // least one completion; every completion found is recorded and its slot
 // reused. A request's latency runs from the clock read just before the
 // enter that submitted it to the one just after the enter that returned
-// it: one op-clock read per enter, none per request. Nothing allocates.
+// it: two op-clock reads per batch, none per request. Nothing allocates.
 func (w *bioWorker) uringLoop(p *blockIO, t0 int64) {
 	j := w.job
 	r := w.ring
@@ -274,21 +273,16 @@ func (w *bioWorker) uringLoop(p *blockIO, t0 int64) {
 			s.UserData = uint64(si)
 			w.batch = append(w.batch, si)
 			inflight++
-			if len(w.batch) >= submitChunk && len(w.free) > 0 {
-				// More slots to fill: send these now, unplugged
-				// (submitChunk), instead of holding them for the rest.
-				if err := w.submitPrepared(r); err != nil {
-					w.fail(p, err, false, j.paths[0], -1)
-					w.errOp = "io_uring_enter"
-					return
-				}
-			}
 		}
 		if inflight == 0 {
 			return
 		}
 		w.maxInflight = max(w.maxInflight, inflight)
-		start := w.startBatch()
+		start := report.Ticks()
+		for _, si := range w.batch {
+			w.slots[si].start = start
+		}
+		w.batch = w.batch[:0]
 		rec := w.rd
 		if rec == nil {
 			rec = w.wr
@@ -355,38 +349,6 @@ func (w *bioWorker) uringLoop(p *blockIO, t0 int64) {
 			phases.Yield()
 		}
 	}
-}
-
-// submitChunk is the most SQEs one io_uring_enter submits. The kernel
-// starts a block plug for a submission of more than two
-// (io_submit_state_start's need_plug = max_ios > 2), and a plugged
-// request reaches the device only when the whole submission has been
-// issued, or never while the submitting thread is preempted: the
-// scheduler flushes a plug when a task sleeps, not when it is preempted.
-// With iodepth 16 a refill of 15 slots held the first request about
-// 75 µs on a quiet machine and a whole time slice behind a busy loop
-// (docs/PERFORMANCE.md, "Where the refilled requests waited"); fio's
-// default shape, one SQE per enter, never plugs. Two per enter halves
-// the syscalls of that shape and stays under the threshold.
-const submitChunk = 2
-
-// submitPrepared submits the SQEs prepared since the last enter without
-// waiting; their latency starts now.
-func (w *bioWorker) submitPrepared(r *uring.Ring) error {
-	w.startBatch()
-	_, err := r.Enter(0)
-	return err
-}
-
-// startBatch stamps every slot prepared since the last enter with the
-// time of the enter that is about to submit it, and returns it.
-func (w *bioWorker) startBatch() int64 {
-	start := report.Ticks()
-	for _, si := range w.batch {
-		w.slots[si].start = start
-	}
-	w.batch = w.batch[:0]
-	return start
 }
 
 // readBufs is how many registered buffers come before the pool's.
