@@ -219,6 +219,11 @@ func TestRendezvousSwappedDir(t *testing.T) {
 					t.Errorf("rank %d: still running at the deadline: %v", r, err)
 				case !strings.Contains(err.Error(), job):
 					t.Errorf("rank %d: error %q does not name the job directory %s", r, err, job)
+				case sw.target == "" && !errors.Is(err, ErrDirReplaced) &&
+					!(errors.Is(err, ErrAborted) && strings.Contains(err.Error(), job+" now leads to")):
+					t.Errorf("rank %d: %v; want ErrDirReplaced, or the abort notice of a rank that saw it", r, err)
+				case sw.target != "" && !errors.Is(err, syscall.ELOOP):
+					t.Errorf("rank %d: %v; want the link refused (ELOOP)", r, err)
 				}
 			}
 		})
