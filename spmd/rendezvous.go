@@ -6,14 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	pio "github.com/prism-hpc/prism/io"
 )
 
 // ErrPeerDead is returned, inside a RankError naming the peer, when a rank a
@@ -87,8 +84,15 @@ var _ Comm = (*Rendezvous)(nil)
 // job is what the communicators of one process in one job share: the
 // directory, the process's world identity, the timings and the heartbeat.
 type job struct {
-	dir       string   // as configured, for messages and the swap check
-	dirs      *jobDirs // what every file operation goes through (rendezvous_dir.go)
+	dir string // as configured, for messages and the swap check
+	// dirs is what every file operation goes through (rendezvous_dir.go),
+	// under dirsMu: a watcher (Watch) may still read while the last
+	// communicator closes the descriptors, and must then fail, not use a
+	// descriptor number the process has since given to another file. nil
+	// once closed.
+	dirsMu    sync.RWMutex
+	dirs      *jobDirs
+	dev, ino  uint64   // the job directory's, which its path must keep leading to
 	rank      int      // world rank
 	hosts     []string // host of every world rank
 	timeout   time.Duration
@@ -179,20 +183,20 @@ func NewRendezvous(ctx context.Context, cfg RendezvousConfig) (*Rendezvous, erro
 	// rank 0, its only writer, has run. Either would otherwise feed this
 	// job another job's results.
 	if f := j.aborted(); f != nil {
-		j.dirs.close()
+		j.closeDirs()
 		return nil, f.rankError(op)
 	}
 	// The first beat is written before any wait so that a directory this
 	// rank cannot write fails here, not as a dead peer elsewhere; and
 	// exclusively, so that a leftover of an earlier job fails too.
 	if err := j.claimBeat(cfg.Size); err != nil {
-		j.dirs.close()
+		j.closeDirs()
 		return nil, &RankError{Rank: cfg.Rank, Op: op, Err: err}
 	}
 	if cfg.Rank == 0 {
 		if j.stat(c.seqRel(0)+"/"+resultFile) == nil {
 			j.remove(beatRel(j.rank))
-			j.dirs.close()
+			j.closeDirs()
 			return nil, fmt.Errorf("spmd: %s: %s holds the files of an earlier job; each job needs a fresh directory", op, cfg.Dir)
 		}
 	}
@@ -218,7 +222,7 @@ func NewRendezvous(ctx context.Context, cfg RendezvousConfig) (*Rendezvous, erro
 	if err != nil {
 		j.stopHeartbeat()
 		j.remove(beatRel(j.rank))
-		j.dirs.close()
+		j.closeDirs()
 		return nil, err
 	}
 	c.localRank = c.computeLocalRank()
@@ -512,7 +516,7 @@ func (c *Rendezvous) writeAbort(code int, reason string) error {
 	if reason == "" {
 		reason = fmt.Sprintf("rank %d called Abort(%d)", c.job.rank, code)
 	}
-	return writeAbortFile(c.job.dirs.root, c.job.rank, code, reason, c.job.tmpTag())
+	return c.job.writeAbort(c.job.rank, code, reason)
 }
 
 // Close releases the communicator; closing the world communicator (the one
@@ -538,15 +542,13 @@ func (c *Rendezvous) Close() error {
 		j.rmdir(beatDir)
 		j.rmdir(commDir)
 		j.remove(jobFile)
-		// Only if its name still leads to the directory this rank holds:
-		// a name someone swapped is theirs.
-		if j.claim.madeDir && j.dirs.root.Verify() == nil {
-			j.dirs.parent.Rmdir(pio.MustName(filepath.Base(filepath.Clean(j.dir))))
+		if j.claim.madeDir {
+			j.removeJobDir()
 		}
 	}
 	j.openMu.Lock()
 	if j.open--; j.open == 0 {
-		j.dirs.close()
+		j.closeDirs()
 	}
 	j.openMu.Unlock()
 	if err != nil {

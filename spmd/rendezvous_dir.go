@@ -202,7 +202,7 @@ func (j *job) watchPath() {
 		return
 	}
 	j.replaced.Store(f)
-	_ = writeAbortFile(j.dirs.root, j.rank, 1, fmt.Sprintf("rank %d: %s", j.rank, f.detail), j.tmpTag())
+	_ = j.writeAbort(j.rank, 1, fmt.Sprintf("rank %d: %s", j.rank, f.detail))
 }
 
 // checkPath compares the device and inode the job directory's path leads
@@ -211,7 +211,7 @@ func (j *job) watchPath() {
 func (j *job) checkPath() *failure {
 	var st unix.Stat_t
 	switch err := unix.Stat(j.dir, &st); {
-	case err == nil && uint64(st.Dev) == j.dirs.dev && st.Ino == j.dirs.ino:
+	case err == nil && uint64(st.Dev) == j.dev && st.Ino == j.ino:
 		return nil
 	case err != nil && err != unix.ENOENT && err != unix.ENOTDIR && err != unix.ELOOP:
 		return nil // EIO, ESTALE, EACCES: not a verdict; the next beat looks again
@@ -225,18 +225,51 @@ func (j *job) checkPath() *failure {
 		"%s now leads to %s, not to the job directory this rank opened (inode %d): someone who can write %s "+
 			"(or a directory above it) renamed it mid-run. The ranks reach the job's files only through the directory they opened, "+
 			"so nothing else was touched; put the job directory in a directory only you can write, or one with the sticky bit",
-		j.dir, now, j.dirs.ino, parent)}
+		j.dir, now, j.ino, parent)}
 }
 
 // The job's file operations. rel names a file or directory below the job
 // directory ("hb/3", "c/w/17/result"); every call goes through the
 // descriptor the rank holds and refuses a symbolic link anywhere below it
-// (pio.Dir), and errors name the full path.
+// (pio.Dir), and errors name the full path. Each holds dirsMu for reading
+// for its one operation, and none calls another.
+
+// errDirsClosed is what an operation gets once every communicator of the
+// rank is closed (a watcher that outlived them).
+var errDirsClosed = errors.New("spmd: the rendezvous directory was closed with the last communicator")
+
+// root returns the job directory, read-locked, or an error once closed;
+// the caller unlocks dirsMu.RUnlock when its operation is done.
+func (j *job) root() (*pio.Dir, error) {
+	j.dirsMu.RLock()
+	if j.dirs == nil {
+		j.dirsMu.RUnlock()
+		return nil, errDirsClosed
+	}
+	return j.dirs.root, nil
+}
+
+// closeDirs closes the descriptors once no operation is using them.
+func (j *job) closeDirs() {
+	j.dirsMu.Lock()
+	defer j.dirsMu.Unlock()
+	if j.dirs != nil {
+		j.dirs.close()
+		j.dirs = nil
+	}
+}
 
 // path is rel's path, for messages only.
-func (j *job) path(rel string) string { return j.dirs.root.Join(rel) }
+func (j *job) path(rel string) string { return filepath.Join(j.dir, rel) }
 
-func (j *job) read(rel string) ([]byte, error) { return j.dirs.root.ReadFile(rel, maxJobFile) }
+func (j *job) read(rel string) ([]byte, error) {
+	root, err := j.root()
+	if err != nil {
+		return nil, err
+	}
+	defer j.dirsMu.RUnlock()
+	return root.ReadFile(rel, maxJobFile)
+}
 
 // stat reports whether rel exists (nil), without following a link.
 func (j *job) stat(rel string) error {
@@ -244,31 +277,80 @@ func (j *job) stat(rel string) error {
 	if err != nil {
 		return err
 	}
+	root, err := j.root()
+	if err != nil {
+		return err
+	}
+	defer j.dirsMu.RUnlock()
 	var st unix.Stat_t
-	return j.dirs.root.Wrap("stat", n, j.dirs.root.Stat(n, &st))
+	return root.Wrap("stat", n, root.Stat(n, &st))
 }
 
 // remove removes the file rel if it is there; what is left is swept with
 // the communicator's directory.
-func (j *job) remove(rel string) { unlink(j.dirs.root, rel) }
+func (j *job) remove(rel string) {
+	if root, err := j.root(); err == nil {
+		unlink(root, rel)
+		j.dirsMu.RUnlock()
+	}
+}
 
 func (j *job) rmdir(rel string) error {
 	n, err := pio.NewName(rel)
 	if err != nil {
 		return err
 	}
-	return j.dirs.root.Wrap("rmdir", n, j.dirs.root.Rmdir(n))
+	root, err := j.root()
+	if err != nil {
+		return err
+	}
+	defer j.dirsMu.RUnlock()
+	return root.Wrap("rmdir", n, root.Rmdir(n))
 }
 
 // removeTree removes the directory rel and everything below it, never
 // through a link, never past a mount point (pio.Dir.Remove).
 func (j *job) removeTree(rel string) {
-	d, err := j.dirs.root.OpenPath(rel)
+	root, err := j.root()
+	if err != nil {
+		return
+	}
+	defer j.dirsMu.RUnlock()
+	d, err := root.OpenPath(rel)
 	if err != nil {
 		return
 	}
 	_ = d.Remove()
 	d.Close()
+}
+
+func (j *job) publish(rel, name string, data []byte) error {
+	root, err := j.root()
+	if err != nil {
+		return err
+	}
+	defer j.dirsMu.RUnlock()
+	return publish(root, rel, name, data, j.tmpTag())
+}
+
+func (j *job) writeAbort(rank, code int, reason string) error {
+	root, err := j.root()
+	if err != nil {
+		return err
+	}
+	defer j.dirsMu.RUnlock()
+	return writeAbortFile(root, rank, code, reason, j.tmpTag())
+}
+
+// removeJobDir removes the (by now empty) job directory this rank's job
+// made, only if its name still leads to the directory the rank holds: a
+// name someone swapped is theirs, and so is what it leads to.
+func (j *job) removeJobDir() {
+	j.dirsMu.RLock()
+	defer j.dirsMu.RUnlock()
+	if d := j.dirs; d != nil && d.root.Verify() == nil {
+		d.parent.Rmdir(pio.MustName(filepath.Base(filepath.Clean(j.dir))))
+	}
 }
 
 func joinRel(rel, name string) string {

@@ -136,7 +136,8 @@ func decodeClaim(b []byte) (jobClaim, error) {
 // claimDir opens the job directory (openJobDir) and makes it this job's,
 // or finds it is already: the first rank to arrive creates the job file
 // (link, so exactly one succeeds), the others read it and compare tokens.
-// It returns the claim in force; j.dirs is set when it succeeds.
+// It returns the claim in force; j.dirs is set when it succeeds. It runs
+// before any other goroutine of the job, so it uses j.dirs unlocked.
 func (j *job) claimDir(cfg RendezvousConfig) (jobClaim, error) {
 	mine := jobClaim{token: cfg.Token, size: cfg.Size,
 		who: fmt.Sprintf("rank %d on %s, pid %d", cfg.Rank, cfg.Host, os.Getpid())}
@@ -144,11 +145,10 @@ func (j *job) claimDir(cfg RendezvousConfig) (jobClaim, error) {
 	if err != nil {
 		return jobClaim{}, err
 	}
-	j.dirs = dirs
+	j.dirs, j.dev, j.ino = dirs, dirs.dev, dirs.ino
 	claim, err := j.claimJobFile(cfg, mine)
 	if err != nil {
-		j.dirs = nil
-		dirs.close()
+		j.closeDirs()
 	}
 	return claim, err
 }

@@ -485,7 +485,7 @@ func (c *Rendezvous) seqRel(seq uint64) string {
 func (c *Rendezvous) seqDir(seq uint64) string { return c.job.path(c.seqRel(seq)) }
 
 func (c *Rendezvous) publish(rel, name string, data []byte) error {
-	return publish(c.job.dirs.root, rel, name, data, c.job.tmpTag())
+	return c.job.publish(rel, name, data)
 }
 
 func beatRel(world int) string { return beatDir + "/" + strconv.Itoa(world) }
@@ -518,7 +518,7 @@ func (j *job) beat() {
 }
 
 func (j *job) writeBeat(n uint64) error {
-	return publish(j.dirs.root, beatDir, strconv.Itoa(j.rank), strconv.AppendUint(nil, n, 10), j.tmpTag())
+	return j.publish(beatDir, strconv.Itoa(j.rank), strconv.AppendUint(nil, n, 10))
 }
 
 // stopHeartbeat stops the heartbeat goroutine and waits for it, so no beat
