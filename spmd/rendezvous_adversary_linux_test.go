@@ -153,8 +153,11 @@ func TestRendezvousSwappedDir(t *testing.T) {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 2*slack)
 			defer cancel()
+			// A quick heartbeat, since that is when a rank looks at the
+			// path, but no quick death: on a loaded machine a live peer
+			// declared dead would end the job before anyone saw the swap.
 			ranks := startRanks(t, 3, RendezvousConfig{Dir: job, Token: "adv", Heartbeat: testHeartbeat,
-				DeadAfter: testDeadAfter, Timeout: slack})
+				DeadAfter: slack, Timeout: slack})
 			var before map[string]string
 			doSwap := func() error {
 				if sw.loosen {
