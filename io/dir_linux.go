@@ -217,10 +217,6 @@ func owns(fd int, uid uint32) bool {
 	return euid == 0 && uid == 65534 && unix.Fstatfs(fd, &sf) == nil && sf.Type == unix.NFS_SUPER_MAGIC
 }
 
-// Owns is owns for callers outside this package that judge a directory
-// they opened by path (the rendezvous directory).
-func Owns(fd int, uid uint32) bool { return owns(fd, uid) }
-
 // isEmpty reads the directory fd from its start, and rewinds it.
 func isEmpty(fd int) (bool, error) {
 	var buf [4096]byte
@@ -256,6 +252,11 @@ func describeName(dirfd int, name unsafe.Pointer) string {
 	}
 	return describe(&st)
 }
+
+// Describe says what st is, in the words of a *ReplacedError's Now: for
+// callers that judge a path they opened themselves (the rendezvous
+// directory).
+func Describe(st *unix.Stat_t) string { return describe(st) }
 
 func describe(st *unix.Stat_t) string {
 	switch st.Mode & unix.S_IFMT {

@@ -50,7 +50,7 @@ func OpenDirectAt(dirfd int, p Path, flags int, mode uint32) (int, error) {
 }
 func StatFS(path string) (FSInfo, error) { return FSInfo{}, ErrUnsupported }
 func OpenDir(path string) (*Dir, error)  { return nil, ErrUnsupported }
-func Owns(fd int, uid uint32) bool       { return uid == uint32(unix.Geteuid()) }
+func Describe(st *unix.Stat_t) string    { return "a file" }
 func OpenWorkdir(dir string, allowShared bool) (*Dir, []string, error) {
 	return nil, nil, ErrUnsupported
 }

@@ -1,8 +1,6 @@
 package spmd
 
 import (
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -39,7 +37,7 @@ func (c *Rendezvous) Alert(tag string) {
 	if c.Size() == 1 {
 		return
 	}
-	_ = c.publish(c.commPath(), c.alertName(tag), []byte(strconv.Itoa(c.job.rank)))
+	_ = c.publish(c.commRel(), c.alertName(tag), []byte(strconv.Itoa(c.job.rank)))
 }
 
 // Watch polls for the alert file of tag by its exact name, for the job's
@@ -55,7 +53,7 @@ func (c *Rendezvous) Watch(tag string) (<-chan int, func()) {
 	if c.Size() == 1 {
 		return fired, stop
 	}
-	path := filepath.Join(c.commPath(), c.alertName(tag))
+	rel := c.commRel() + "/" + c.alertName(tag)
 	peers := make([]int, 0, c.Size()-1)
 	for r := 0; r < c.Size(); r++ {
 		if r != c.rank {
@@ -86,7 +84,7 @@ func (c *Rendezvous) Watch(tag string) (<-chan int, func()) {
 				fired <- f.rank
 				return
 			}
-			b, err := os.ReadFile(path)
+			b, err := c.job.read(rel)
 			if err != nil {
 				continue
 			}

@@ -12,7 +12,11 @@
 //     records the job's token (JobToken: the launcher's nonce, the Slurm
 //     job and step, or PRISM_RENDEZVOUS_TOKEN), so two jobs given one
 //     directory, or a job and the leftovers of a dead one, are refused
-//     instead of merged (rendezvous_job.go).
+//     instead of merged (rendezvous_job.go). Each rank opens the directory
+//     once and reaches every file through that descriptor, never by path,
+//     and fails with ErrDirReplaced when the path comes to lead elsewhere
+//     (rendezvous_dir.go): another user who can write the parent cannot
+//     redirect root's creates and removals.
 //   - MPI: a thin cgo binding to the system MPI library (build tag "mpi");
 //     without the tag a stub fails loudly when MPI is asked for.
 //

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"strconv"
@@ -12,6 +13,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	pio "github.com/prism-hpc/prism/io"
 )
 
 // Environment variables through which a launcher tells each rank who it is
@@ -104,11 +107,12 @@ func Launch(ctx context.Context, cfg LaunchConfig) (exitCode int, err error) {
 	if grace <= 0 {
 		grace = defaultGrace
 	}
-	dir, err := os.MkdirTemp(cfg.TmpDir, "prism-rendezvous-")
+	rdv, err := makeRendezvousDir(cfg.TmpDir)
 	if err != nil {
 		return 1, fmt.Errorf("spmd: Launch: %w", err)
 	}
-	defer os.RemoveAll(dir)
+	defer rdv.remove()
+	dir := rdv.dir.Path()
 
 	env := cfg.Env
 	if env == nil {
@@ -151,7 +155,7 @@ func Launch(ctx context.Context, cfg LaunchConfig) (exitCode int, err error) {
 		}
 		children = append(children, cmd)
 	}
-	if jerr := supervise(ctx, dir, children, cfg.Signals, grace); jerr != nil {
+	if jerr := supervise(ctx, rdv.dir, children, cfg.Signals, grace); jerr != nil {
 		return jerr.ExitCode(), jerr
 	}
 	return 0, nil
@@ -277,7 +281,7 @@ func reap(rank int, cmd *exec.Cmd) childExit {
 
 // supervise waits for every child, forwarding signals and bringing the
 // others down when one fails, and returns how the job failed, or nil.
-func supervise(ctx context.Context, dir string, children []*exec.Cmd, signals <-chan os.Signal, grace time.Duration) *JobError {
+func supervise(ctx context.Context, dir *pio.Dir, children []*exec.Cmd, signals <-chan os.Signal, grace time.Duration) *JobError {
 	exits := make(chan childExit, len(children))
 	for i, cmd := range children {
 		go func() { exits <- reap(i, cmd) }()
@@ -352,4 +356,40 @@ func supervise(ctx context.Context, dir string, children []*exec.Cmd, signals <-
 		return nil
 	}
 	return &JobError{Rank: first.rank, Status: first.status, Signal: first.signal, Interrupted: interrupted}
+}
+
+// launchDir is the private rendezvous directory Launch makes for its
+// children, held open as the children's ranks hold it: the abort notice
+// and the final removal go through the descriptor, so that a directory
+// someone renamed or replaced meanwhile is never written or emptied.
+type launchDir struct{ parent, dir *pio.Dir }
+
+func makeRendezvousDir(tmp string) (*launchDir, error) {
+	if tmp == "" {
+		tmp = os.TempDir()
+	}
+	parent, err := pio.OpenDir(tmp)
+	if err != nil {
+		return nil, err
+	}
+	for range 100 {
+		// 0700, as os.MkdirTemp makes it: the job's own.
+		d, err := parent.MakeSub("prism-rendezvous-"+randomHex(8), 0o700)
+		if errors.Is(err, fs.ErrExist) {
+			continue
+		}
+		if err != nil {
+			parent.Close()
+			return nil, err
+		}
+		return &launchDir{parent: parent, dir: d}, nil
+	}
+	parent.Close()
+	return nil, fmt.Errorf("no fresh rendezvous directory name in %s after 100 tries", tmp)
+}
+
+func (l *launchDir) remove() {
+	_ = l.dir.Remove()
+	l.dir.Close()
+	l.parent.Close()
 }

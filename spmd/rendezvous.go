@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"sync"
@@ -31,7 +30,10 @@ const (
 type RendezvousConfig struct {
 	// Dir is the job's shared directory, the same path on every rank.
 	// Ranks of another job (another Token) are refused, and so is a
-	// directory an earlier job left behind (rendezvous_job.go).
+	// directory an earlier job left behind (rendezvous_job.go). Each rank
+	// opens it once and works only through that descriptor; a link there,
+	// a directory others can write or own, and a parent everyone can write
+	// without the sticky bit are refused (rendezvous_dir.go).
 	Dir string
 	// Token identifies the job (JobToken): ranks with equal tokens are one
 	// job. Empty joins as an anonymous job, which cannot be told from
@@ -82,7 +84,15 @@ var _ Comm = (*Rendezvous)(nil)
 // job is what the communicators of one process in one job share: the
 // directory, the process's world identity, the timings and the heartbeat.
 type job struct {
-	dir       string
+	dir string // as configured, for messages and the swap check
+	// dirs is what every file operation goes through (rendezvous_dir.go),
+	// under dirsMu: a watcher (Watch) may still read while the last
+	// communicator closes the descriptors, and must then fail, not use a
+	// descriptor number the process has since given to another file. nil
+	// once closed.
+	dirsMu    sync.RWMutex
+	dirs      *jobDirs
+	dev, ino  uint64   // the job directory's, which its path must keep leading to
 	rank      int      // world rank
 	hosts     []string // host of every world rank
 	timeout   time.Duration
@@ -95,6 +105,15 @@ type job struct {
 	stopOnce sync.Once
 	stop     chan struct{} // closed to stop the heartbeat
 	stopped  chan struct{} // closed when the heartbeat goroutine has returned
+
+	// replaced is set, once, by the heartbeat that finds the directory's
+	// path leading elsewhere; every collective fails with it from then on.
+	replaced atomic.Pointer[failure]
+	// open counts the communicators not yet closed: the last Close
+	// closes the directory descriptors, which Split's communicators use
+	// too.
+	openMu sync.Mutex
+	open   int
 
 	// beats is what this rank has seen of its peers' heartbeats, shared by
 	// every wait and step watcher of the job, so that a peer a watcher saw
@@ -158,22 +177,26 @@ func NewRendezvous(ctx context.Context, cfg RendezvousConfig) (*Rendezvous, erro
 		return nil, &RankError{Rank: cfg.Rank, Op: op, Err: err}
 	}
 	j.claim = claim
+	j.open = 1
 	// An abort notice already there means the job is over, or that the
 	// directory is an old job's; so does a verdict for collective 0 before
 	// rank 0, its only writer, has run. Either would otherwise feed this
 	// job another job's results.
 	if f := j.aborted(); f != nil {
+		j.closeDirs()
 		return nil, f.rankError(op)
 	}
 	// The first beat is written before any wait so that a directory this
 	// rank cannot write fails here, not as a dead peer elsewhere; and
 	// exclusively, so that a leftover of an earlier job fails too.
 	if err := j.claimBeat(cfg.Size); err != nil {
+		j.closeDirs()
 		return nil, &RankError{Rank: cfg.Rank, Op: op, Err: err}
 	}
 	if cfg.Rank == 0 {
-		if _, err := os.Stat(filepath.Join(c.seqDir(0), resultFile)); err == nil {
-			os.Remove(j.beatPath(j.rank))
+		if j.stat(c.seqRel(0)+"/"+resultFile) == nil {
+			j.remove(beatRel(j.rank))
+			j.closeDirs()
 			return nil, fmt.Errorf("spmd: %s: %s holds the files of an earlier job; each job needs a fresh directory", op, cfg.Dir)
 		}
 	}
@@ -198,7 +221,8 @@ func NewRendezvous(ctx context.Context, cfg RendezvousConfig) (*Rendezvous, erro
 	}
 	if err != nil {
 		j.stopHeartbeat()
-		os.Remove(j.beatPath(j.rank))
+		j.remove(beatRel(j.rank))
+		j.closeDirs()
 		return nil, err
 	}
 	c.localRank = c.computeLocalRank()
@@ -446,6 +470,9 @@ func (c *Rendezvous) Split(ctx context.Context, color, key int) (Comm, error) {
 		}
 		return compareInt(a.old, b.old)
 	})
+	c.job.openMu.Lock()
+	c.job.open++
+	c.job.openMu.Unlock()
 	sub := &Rendezvous{
 		job:   c.job,
 		id:    c.id + "." + strconv.FormatUint(seq, 10) + "." + strconv.Itoa(color),
@@ -489,7 +516,7 @@ func (c *Rendezvous) writeAbort(code int, reason string) error {
 	if reason == "" {
 		reason = fmt.Sprintf("rank %d called Abort(%d)", c.job.rank, code)
 	}
-	return writeAbortFile(c.job.dir, c.job.rank, code, reason, c.job.tmpTag())
+	return c.job.writeAbort(c.job.rank, code, reason)
 }
 
 // Close releases the communicator; closing the world communicator (the one
@@ -501,23 +528,29 @@ func (c *Rendezvous) Close() error {
 		return nil
 	}
 	c.closed = true
+	j := c.job
 	isWorld := c.id == worldID
 	if isWorld {
-		c.job.stopHeartbeat()
-		os.Remove(c.job.beatPath(c.job.rank))
+		j.stopHeartbeat()
+		j.remove(beatRel(j.rank))
 	}
 	last, err := c.release()
 	if isWorld && last {
-		// Empty by now unless a communicator was never closed; Remove
+		// Empty by now unless a communicator was never closed; rmdir
 		// leaves non-empty directories alone. The job file goes last: the
 		// directory is free for another job once it is gone.
-		os.Remove(filepath.Join(c.job.dir, beatDir))
-		os.Remove(filepath.Join(c.job.dir, commDir))
-		os.Remove(filepath.Join(c.job.dir, jobFile))
-		if c.job.claim.madeDir {
-			os.Remove(c.job.dir)
+		j.rmdir(beatDir)
+		j.rmdir(commDir)
+		j.remove(jobFile)
+		if j.claim.madeDir {
+			j.removeJobDir()
 		}
 	}
+	j.openMu.Lock()
+	if j.open--; j.open == 0 {
+		j.closeDirs()
+	}
+	j.openMu.Unlock()
 	if err != nil {
 		return &RankError{Rank: c.job.rank, Op: "Close", Err: err}
 	}

@@ -36,9 +36,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	pio "github.com/prism-hpc/prism/io"
-	"golang.org/x/sys/unix"
 )
 
 // Environment variables that give a job its token.
@@ -136,40 +133,46 @@ func decodeClaim(b []byte) (jobClaim, error) {
 	return c, nil
 }
 
-// claimDir makes dir this job's, or finds it is already: the first rank to
-// arrive creates the job file (link, so exactly one succeeds), the others
-// read it and compare tokens. It returns the claim in force.
+// claimDir opens the job directory (openJobDir) and makes it this job's,
+// or finds it is already: the first rank to arrive creates the job file
+// (link, so exactly one succeeds), the others read it and compare tokens.
+// It returns the claim in force; j.dirs is set when it succeeds. It runs
+// before any other goroutine of the job, so it uses j.dirs unlocked.
 func (j *job) claimDir(cfg RendezvousConfig) (jobClaim, error) {
 	mine := jobClaim{token: cfg.Token, size: cfg.Size,
 		who: fmt.Sprintf("rank %d on %s, pid %d", cfg.Rank, cfg.Host, os.Getpid())}
-	if err := os.Mkdir(j.dir, 0o755); err == nil {
-		mine.madeDir = true
-	} else if !errors.Is(err, fs.ErrExist) {
-		if err := os.MkdirAll(j.dir, 0o755); err != nil {
-			return jobClaim{}, err
-		}
-	}
-	if err := checkJobDir(j.dir); err != nil {
-		return jobClaim{}, err
-	}
-	tmp, err := writeTemp(j.dir, jobFile, mine.encode(), j.tmpTag())
+	dirs, err := openJobDir(j.dir)
 	if err != nil {
 		return jobClaim{}, err
 	}
-	defer os.Remove(tmp)
-	path := filepath.Join(j.dir, jobFile)
-	// A link that succeeded is this rank's claim, or so it should be:
-	// either way the file is read back, so what counts is what it says.
-	if err := os.Link(tmp, path); err != nil && !errors.Is(err, fs.ErrExist) {
+	j.dirs, j.dev, j.ino = dirs, dirs.dev, dirs.ino
+	claim, err := j.claimJobFile(cfg, mine)
+	if err != nil {
+		j.closeDirs()
+	}
+	return claim, err
+}
+
+func (j *job) claimJobFile(cfg RendezvousConfig, mine jobClaim) (jobClaim, error) {
+	root := j.dirs.root
+	mine.madeDir = j.dirs.made
+	tmp, err := writeTemp(root, "", jobFile, mine.encode(), j.tmpTag())
+	if err != nil {
 		return jobClaim{}, err
 	}
-	b, err := os.ReadFile(path)
+	defer unlink(root, tmp)
+	// A link that succeeded is this rank's claim, or so it should be:
+	// either way the file is read back, so what counts is what it says.
+	if err := link(root, tmp, jobFile); err != nil && !errors.Is(err, fs.ErrExist) {
+		return jobClaim{}, err
+	}
+	b, err := j.read(jobFile)
 	if err != nil {
 		return jobClaim{}, err
 	}
 	theirs, err := decodeClaim(b)
 	if err != nil {
-		return jobClaim{}, fmt.Errorf("%s: %w", path, err)
+		return jobClaim{}, fmt.Errorf("%s: %w", j.path(jobFile), err)
 	}
 	if theirs.token == mine.token && theirs.who == mine.who {
 		return mine, nil // this rank's own claim: madeDir is known here only
@@ -193,18 +196,17 @@ func (j *job) claimDir(cfg RendezvousConfig) (jobClaim, error) {
 // already there is another process's (this rank twice in one job) or an
 // earlier job's of the same token, and joining would mix the two.
 func (j *job) claimBeat(size int) error {
-	dir := filepath.Join(j.dir, beatDir)
-	tmp, err := writeTemp(dir, strconv.Itoa(j.rank), []byte("1"), j.tmpTag())
+	root := j.dirs.root
+	tmp, err := writeTemp(root, beatDir, strconv.Itoa(j.rank), []byte("1"), j.tmpTag())
 	if err != nil {
 		return err
 	}
-	defer os.Remove(tmp)
-	path := j.beatPath(j.rank)
-	err = os.Link(tmp, path)
+	defer unlink(root, tmp)
+	err = link(root, tmp, beatRel(j.rank))
 	if errors.Is(err, fs.ErrExist) {
 		return fmt.Errorf("%s exists: another process joined this job as rank %d, or an earlier job with the same token "+
 			"left this directory behind (%s); use a fresh directory (or remove this one if no job uses it)",
-			path, j.rank, j.liveness(size))
+			j.beatPath(j.rank), j.rank, j.liveness(size))
 	}
 	return err
 }
@@ -223,7 +225,7 @@ func (j *job) liveness(size int) string {
 	read := func() []string {
 		v := make([]string, n)
 		for r := range n {
-			b, _ := os.ReadFile(j.beatPath(r))
+			b, _ := j.read(beatRel(r))
 			v[r] = string(b)
 		}
 		return v
@@ -239,30 +241,4 @@ func (j *job) liveness(size int) string {
 	}
 	return fmt.Sprintf("no heartbeat of that job advanced within %v: it died without cleaning up, "+
 		"or has only just started", window)
-}
-
-// checkJobDir refuses a job directory another user could write in. Ranks
-// create, rename and remove files there by path, and remove trees
-// (os.RemoveAll) when a collective or the communicator is done: a link
-// planted there by someone else (say c -> a directory of theirs choosing)
-// made root create files there and then remove its "w" and numbered
-// subdirectories recursively. So the directory must be this user's (as
-// the workdir's run directories are) and writable by no one else.
-func checkJobDir(dir string) error {
-	f, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	var st unix.Stat_t
-	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
-		return fmt.Errorf("rendezvous directory %s: %w", dir, err)
-	}
-	switch {
-	case !pio.Owns(int(f.Fd()), st.Uid):
-		return fmt.Errorf("rendezvous directory %s is owned by uid %d, not by this process's uid %d: another user could plant links there that ranks would follow; give the job a directory of its own", dir, st.Uid, os.Geteuid())
-	case st.Mode&0o022 != 0:
-		return fmt.Errorf("rendezvous directory %s is writable by group or others (mode %o): another user could plant links there that ranks would follow; chmod go-w it or give the job a directory of its own", dir, st.Mode&0o7777)
-	}
-	return nil
 }

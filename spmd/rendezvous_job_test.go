@@ -272,10 +272,9 @@ func TestJobToken(t *testing.T) {
 	}
 }
 
-// A job directory another user can write in is refused before any file
-// is made there: ranks follow links there by path, and a link planted at
-// c (the communicators' directory) made root create files wherever it
-// pointed and then remove that place's "w" subtree.
+// A job directory another user can write in, or owns, is refused before
+// any file is made there: they could plant links in it, or swap what is
+// below it, and the job's files are theirs to read and replace.
 func TestRendezvousRefusesWritableDir(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "job")
 	if err := os.Mkdir(dir, 0o755); err != nil {

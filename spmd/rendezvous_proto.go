@@ -1,6 +1,8 @@
 package spmd
 
-// The rendezvous protocol. Files of a job, all under RendezvousConfig.Dir:
+// The rendezvous protocol. Files of a job, all under RendezvousConfig.Dir,
+// and reached only through the descriptor of it each rank holds, never by
+// path (rendezvous_dir.go):
 //
 //	job                     the job's token, size and first rank (rendezvous_job.go); removed last
 //	abort                   job-wide abort notice: "<world rank> <code>\n<reason>"
@@ -27,10 +29,12 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
+
+	pio "github.com/prism-hpc/prism/io"
+	"golang.org/x/sys/unix"
 )
 
 const (
@@ -84,10 +88,11 @@ type failure struct {
 }
 
 const (
-	failTimeout = "timeout"
-	failDead    = "dead"
-	failAborted = "aborted"
-	failOther   = "other"
+	failTimeout  = "timeout"
+	failDead     = "dead"
+	failAborted  = "aborted"
+	failReplaced = "replaced"
+	failOther    = "other"
 )
 
 func (f *failure) Error() string { return f.detail }
@@ -101,6 +106,8 @@ func (f *failure) rankError(op string) error {
 		err = fmt.Errorf("%w: %s", ErrPeerDead, f.detail)
 	case failAborted:
 		err = fmt.Errorf("%w: %s", ErrAborted, f.detail)
+	case failReplaced:
+		err = fmt.Errorf("%w: %s", ErrDirReplaced, f.detail)
 	default:
 		err = errors.New(f.detail)
 	}
@@ -133,6 +140,10 @@ func (c *Rendezvous) run(ctx context.Context, s *step) (shared, forRoot []byte, 
 	if err := ctx.Err(); err != nil {
 		return nil, nil, err
 	}
+	if f := c.job.replaced.Load(); f != nil {
+		c.err = f.rankError(s.op)
+		return nil, nil, c.err
+	}
 	seq := c.seq
 	c.seq++
 	if c.rank == 0 {
@@ -151,7 +162,7 @@ func (c *Rendezvous) run(ctx context.Context, s *step) (shared, forRoot []byte, 
 // instead of each timing out on its own.
 func (c *Rendezvous) lead(ctx context.Context, s *step, seq uint64) (shared, forRoot []byte, err error) {
 	n := c.Size()
-	dir := c.seqDir(seq)
+	dir, rel := c.seqDir(seq), c.seqRel(seq)
 	parts := make([][]byte, n)
 	parts[0] = s.payload
 	missing := make([]int, 0, n)
@@ -161,7 +172,7 @@ func (c *Rendezvous) lead(ctx context.Context, s *step, seq uint64) (shared, for
 	err = c.wait(ctx, dir, s.poll, func() (bool, error) {
 		left := missing[:0]
 		for i, r := range missing {
-			b, err := os.ReadFile(filepath.Join(dir, strconv.Itoa(r)))
+			b, err := c.job.read(rel + "/" + strconv.Itoa(r))
 			switch {
 			case errors.Is(err, fs.ErrNotExist):
 				left = append(left, r)
@@ -192,7 +203,7 @@ func (c *Rendezvous) lead(ctx context.Context, s *step, seq uint64) (shared, for
 		shared, forRoot, err = s.combine(parts)
 	}
 	if n > 1 {
-		if perr := c.publishVerdict(dir, s, shared, forRoot, err); perr != nil && err == nil {
+		if perr := c.publishVerdict(rel, s, shared, forRoot, err); perr != nil && err == nil {
 			err = perr
 		}
 		if allArrived && seq > 0 {
@@ -205,35 +216,35 @@ func (c *Rendezvous) lead(ctx context.Context, s *step, seq uint64) (shared, for
 	return shared, forRoot, nil
 }
 
-func (c *Rendezvous) publishVerdict(dir string, s *step, shared, forRoot []byte, err error) error {
+func (c *Rendezvous) publishVerdict(rel string, s *step, shared, forRoot []byte, err error) error {
 	if err != nil {
 		var f *failure
 		if !errors.As(err, &f) {
 			f = &failure{kind: failOther, rank: c.world[0], detail: fmt.Sprintf("rank %d gave up: %v", c.world[0], err)}
 		}
-		return c.publish(dir, resultFile, f.encode())
+		return c.publish(rel, resultFile, f.encode())
 	}
 	if s.root > 0 {
-		if err := c.publish(dir, dataFile, forRoot); err != nil {
+		if err := c.publish(rel, dataFile, forRoot); err != nil {
 			return err
 		}
 	}
-	return c.publish(dir, resultFile, append([]byte("ok\n"), shared...))
+	return c.publish(rel, resultFile, append([]byte("ok\n"), shared...))
 }
 
 // follow is the part of every rank but 0: contribute, then wait for rank
 // 0's verdict.
 func (c *Rendezvous) follow(ctx context.Context, s *step, seq uint64) (shared, forRoot []byte, err error) {
-	dir := c.seqDir(seq)
+	dir, rel := c.seqDir(seq), c.seqRel(seq)
 	msg := make([]byte, 0, len(s.header)+1+len(s.payload))
 	msg = append(append(append(msg, s.header...), '\n'), s.payload...)
-	if err := c.publish(dir, strconv.Itoa(c.rank), msg); err != nil {
+	if err := c.publish(rel, strconv.Itoa(c.rank), msg); err != nil {
 		return nil, nil, c.localError(s.op, err)
 	}
-	resultPath := filepath.Join(dir, resultFile)
+	resultRel := rel + "/" + resultFile
 	var res []byte
 	err = c.wait(ctx, dir, s.poll, func() (bool, error) {
-		b, err := os.ReadFile(resultPath)
+		b, err := c.job.read(resultRel)
 		if errors.Is(err, fs.ErrNotExist) {
 			return false, nil
 		}
@@ -244,7 +255,7 @@ func (c *Rendezvous) follow(ctx context.Context, s *step, seq uint64) (shared, f
 	if errors.As(err, &f) && f.kind == failTimeout {
 		// Rank 0 is what this rank waits for, but it is usually waiting
 		// itself: blame whoever has not contributed.
-		err = c.timeoutFailure(dir, c.absent(dir))
+		err = c.timeoutFailure(dir, c.absent(rel))
 	}
 	if err != nil {
 		return nil, nil, c.localError(s.op, err)
@@ -254,7 +265,7 @@ func (c *Rendezvous) follow(ctx context.Context, s *step, seq uint64) (shared, f
 		return nil, nil, decodeFailure(status, body, c.world[0]).rankError(s.op)
 	}
 	if s.root == c.rank {
-		if forRoot, err = os.ReadFile(filepath.Join(dir, dataFile)); err != nil {
+		if forRoot, err = c.job.read(rel + "/" + dataFile); err != nil {
 			return nil, nil, c.localError(s.op, err)
 		}
 	}
@@ -262,14 +273,14 @@ func (c *Rendezvous) follow(ctx context.Context, s *step, seq uint64) (shared, f
 }
 
 // absent returns the world ranks whose contribution to the collective in
-// dir is missing, or rank 0 if none is: then rank 0 is the one not there.
-func (c *Rendezvous) absent(dir string) []int {
+// rel is missing, or rank 0 if none is: then rank 0 is the one not there.
+func (c *Rendezvous) absent(rel string) []int {
 	var ranks []int
 	for r := 1; r < c.Size(); r++ {
 		if r == c.rank {
 			continue
 		}
-		if _, err := os.Stat(filepath.Join(dir, strconv.Itoa(r))); errors.Is(err, fs.ErrNotExist) {
+		if err := c.job.stat(rel + "/" + strconv.Itoa(r)); errors.Is(err, fs.ErrNotExist) {
 			ranks = append(ranks, c.world[r])
 		}
 	}
@@ -323,6 +334,9 @@ func (c *Rendezvous) wait(ctx context.Context, dir string, poll time.Duration, d
 		if err := ctx.Err(); err != nil {
 			return err
 		}
+		if f := j.replaced.Load(); f != nil {
+			return f
+		}
 		now := time.Now()
 		if now.Sub(lastAbort) >= abortEvery {
 			lastAbort = now
@@ -375,7 +389,7 @@ func (c *Rendezvous) deadPeer(awaited []int, now time.Time, joined bool) *failur
 	for _, r := range awaited {
 		w := c.world[r]
 		path := j.beatPath(w)
-		b, err := os.ReadFile(path)
+		b, err := j.read(beatRel(w))
 		seen := j.beats[w]
 		if err == nil && (seen == nil || seen.counter != string(b)) {
 			j.beats[w] = &beatWatch{counter: string(b), changed: now}
@@ -421,14 +435,14 @@ func (c *Rendezvous) worldRanks(ranks []int) []int {
 // sweep removes collective seq's files. Rank 0 calls it once every rank has
 // arrived at seq+1, so no one reads them any more.
 func (c *Rendezvous) sweep(seq uint64) {
-	dir := c.seqDir(seq)
+	j, rel := c.job, c.seqRel(seq)
 	for r := 1; r < c.Size(); r++ {
-		os.Remove(filepath.Join(dir, strconv.Itoa(r)))
+		j.remove(rel + "/" + strconv.Itoa(r))
 	}
-	os.Remove(filepath.Join(dir, dataFile))
-	os.Remove(filepath.Join(dir, resultFile))
-	if os.Remove(dir) != nil {
-		os.RemoveAll(dir) // temporaries left by a writer that died mid-write
+	j.remove(rel + "/" + dataFile)
+	j.remove(rel + "/" + resultFile)
+	if j.rmdir(rel) != nil {
+		j.removeTree(rel) // temporaries left by a writer that died mid-write
 	}
 }
 
@@ -443,34 +457,40 @@ func (c *Rendezvous) release() (last bool, err error) {
 	if n == 1 {
 		return true, nil // a one-rank communicator never touches the disk
 	}
-	dir := c.commPath()
-	if err := c.publish(dir, closedName(c.rank), nil); err != nil {
+	rel := c.commRel()
+	if err := c.publish(rel, closedName(c.rank), nil); err != nil {
 		return false, err
 	}
 	for i := 1; i < n; i++ {
-		if _, err := os.Stat(filepath.Join(dir, closedName((c.rank+i)%n))); err != nil {
+		if c.job.stat(rel+"/"+closedName((c.rank+i)%n)) != nil {
 			return false, nil
 		}
 	}
-	os.RemoveAll(dir)
+	c.job.removeTree(rel)
 	return true, nil
 }
 
 func closedName(rank int) string { return "closed." + strconv.Itoa(rank) }
 
-func (c *Rendezvous) commPath() string { return filepath.Join(c.job.dir, commDir, c.id) }
+// commRel is the communicator's directory below the job directory, the
+// form file operations take; commPath is its path, for messages.
+func (c *Rendezvous) commRel() string { return commDir + "/" + c.id }
 
-func (c *Rendezvous) seqDir(seq uint64) string {
-	return filepath.Join(c.commPath(), strconv.FormatUint(seq, 10))
+func (c *Rendezvous) commPath() string { return c.job.path(c.commRel()) }
+
+func (c *Rendezvous) seqRel(seq uint64) string {
+	return c.commRel() + "/" + strconv.FormatUint(seq, 10)
 }
 
-func (c *Rendezvous) publish(dir, name string, data []byte) error {
-	return publish(dir, name, data, c.job.tmpTag())
+func (c *Rendezvous) seqDir(seq uint64) string { return c.job.path(c.seqRel(seq)) }
+
+func (c *Rendezvous) publish(rel, name string, data []byte) error {
+	return c.job.publish(rel, name, data)
 }
 
-func (j *job) beatPath(world int) string {
-	return filepath.Join(j.dir, beatDir, strconv.Itoa(world))
-}
+func beatRel(world int) string { return beatDir + "/" + strconv.Itoa(world) }
+
+func (j *job) beatPath(world int) string { return j.path(beatRel(world)) }
 
 // tmpTag makes temporary file names unique in the directory: among the
 // ranks of this job, and among those of another job that tries the same
@@ -492,12 +512,13 @@ func (j *job) beat() {
 			return
 		case <-t.C:
 		}
+		j.watchPath()
 		_ = j.writeBeat(n)
 	}
 }
 
 func (j *job) writeBeat(n uint64) error {
-	return publish(filepath.Join(j.dir, beatDir), strconv.Itoa(j.rank), strconv.AppendUint(nil, n, 10), j.tmpTag())
+	return j.publish(beatDir, strconv.Itoa(j.rank), strconv.AppendUint(nil, n, 10))
 }
 
 // stopHeartbeat stops the heartbeat goroutine and waits for it, so no beat
@@ -511,8 +532,8 @@ func (j *job) stopHeartbeat() {
 
 // aborted returns the job's abort notice, if there is one.
 func (j *job) aborted() *failure {
-	path := filepath.Join(j.dir, abortFile)
-	b, err := os.ReadFile(path)
+	path := j.path(abortFile)
+	b, err := j.read(abortFile)
 	if err != nil {
 		return nil
 	}
@@ -524,55 +545,69 @@ func (j *job) aborted() *failure {
 	return &failure{kind: failAborted, rank: rank, detail: fmt.Sprintf("%s [exit code %d, %s]", reason, code, path)}
 }
 
-// writeAbortFile publishes the job's abort notice in dir. It is shared with
-// Launch, which writes it on behalf of a child that died.
-func writeAbortFile(dir string, rank, code int, reason, tag string) error {
-	tmp, err := writeTemp(dir, abortFile, fmt.Appendf(nil, "%d %d\n%s", rank, code, reason), tag)
+// writeAbortFile publishes the job's abort notice in the job directory
+// root. It is shared with Launch, which writes it on behalf of a child that
+// died.
+func writeAbortFile(root *pio.Dir, rank, code int, reason, tag string) error {
+	tmp, err := writeTemp(root, "", abortFile, fmt.Appendf(nil, "%d %d\n%s", rank, code, reason), tag)
 	if err != nil {
 		return err
 	}
-	defer os.Remove(tmp)
+	defer unlink(root, tmp)
 	// Link, unlike rename, keeps an existing notice: the first abort is the
 	// cause, the later ones are its consequences.
-	path := filepath.Join(dir, abortFile)
-	err = os.Link(tmp, path)
+	err = link(root, tmp, abortFile)
 	if err == nil || errors.Is(err, fs.ErrExist) {
 		return nil
 	}
-	return os.Rename(tmp, path) // no hard links here: the last abort wins
+	return rename(root, tmp, abortFile) // no hard links here: the last abort wins
 }
 
-// publish makes dir/name appear with content data all at once: a reader
-// opening the exact name sees nothing or everything, on NFS too, since the
-// data is flushed at close and the rename is atomic.
-func publish(dir, name string, data []byte, tag string) error {
-	tmp, err := writeTemp(dir, name, data, tag)
+// publish makes rel/name appear below root with content data all at once:
+// a reader opening the exact name sees nothing or everything, on NFS too,
+// since the data is flushed at close and the rename is atomic.
+func publish(root *pio.Dir, rel, name string, data []byte, tag string) error {
+	tmp, err := writeTemp(root, rel, name, data, tag)
 	if err != nil {
 		return err
 	}
-	if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
-		os.Remove(tmp)
+	if err := rename(root, tmp, joinRel(rel, name)); err != nil {
+		unlink(root, tmp)
 		return err
 	}
 	return nil
 }
 
-// writeTemp writes data to a temporary file beside dir/name and returns its
-// path. Directories are made on first use, by whichever rank needs them
-// first, so no rank has to wait for another to create them.
-func writeTemp(dir, name string, data []byte, tag string) (string, error) {
-	tmp := filepath.Join(dir, "."+name+".tmp."+tag)
-	err := os.WriteFile(tmp, data, 0o666)
-	if errors.Is(err, fs.ErrNotExist) {
-		// 0755, not 0777 less a umask of 002: a group member must not
-		// be able to plant links below the job directory.
-		if err = os.MkdirAll(dir, 0o755); err == nil {
-			err = os.WriteFile(tmp, data, 0o666)
+// writeTemp writes data to a new temporary file beside rel/name below root
+// and returns its name there. Directories are made on first use, by
+// whichever rank needs them first, so no rank has to wait for another to
+// create them.
+func writeTemp(root *pio.Dir, rel, name string, data []byte, tag string) (string, error) {
+	tmp := joinRel(rel, "."+name+".tmp."+tag)
+	n, err := pio.NewName(tmp)
+	if err != nil {
+		return "", err
+	}
+	// Exclusive, and 0644 whatever the umask: a temporary's name is this
+	// rank's alone, and no one else may write what the job reads.
+	const flags = unix.O_CREAT | unix.O_EXCL | unix.O_WRONLY
+	fd, err := root.Open(n, flags, 0o644)
+	if err == unix.ENOENT && rel != "" {
+		if err = mkdirs(root, rel); err != nil {
+			return "", err
 		}
+		fd, err = root.Open(n, flags, 0o644)
 	}
 	if err != nil {
-		os.Remove(tmp)
-		return "", err
+		return "", root.Wrap("create", n, err)
+	}
+	_, err = pio.Write(fd, data)
+	if cerr := pio.Close(fd); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		root.Unlink(n)
+		return "", root.Wrap("write", n, err)
 	}
 	return tmp, nil
 }

@@ -2,8 +2,6 @@ package spmd
 
 import (
 	"bytes"
-	"os"
-	"path/filepath"
 	"strconv"
 )
 
@@ -44,7 +42,7 @@ func (c *Rendezvous) Report(tag string, v []int64) {
 		}
 		b = strconv.AppendInt(b, x, 10)
 	}
-	_ = c.publish(c.commPath(), reportName(c.rank), b)
+	_ = c.publish(c.commRel(), reportName(c.rank), b)
 }
 
 // Collect reads every other rank's report file by its exact name.
@@ -52,9 +50,9 @@ func (c *Rendezvous) Collect(tag string, latest [][]int64) {
 	if c.rank != 0 {
 		return
 	}
-	dir := c.commPath()
+	rel := c.commRel()
 	for r := 1; r < c.Size() && r < len(latest); r++ {
-		b, err := os.ReadFile(filepath.Join(dir, reportName(r)))
+		b, err := c.job.read(rel + "/" + reportName(r))
 		if err != nil {
 			continue
 		}
