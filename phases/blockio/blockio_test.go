@@ -932,19 +932,17 @@ func TestBlockIOTimedSpanHoldsOnlyTheOps(t *testing.T) {
 				}
 			}
 		}
-		// Which goroutine issues job 0's first op: Run's own (this
-		// one's) or a worker's. Goroutine identity, not a count, which
-		// other goroutines of the process move.
+		// Which goroutine issues the first op: Run's own (this one's)
+		// or a worker's. Any op, not one worker's: with two workers
+		// sharing a job's four blocks one of them may issue none.
 		runG := goroutineID()
 		var onRun atomic.Int32 // 0 not seen yet, 1 on Run's goroutine, 2 on another
-		blockIOOpHook = func(op bioOp) {
-			if op.Job == 0 && op.Worker == 0 {
-				v := int32(2)
-				if goroutineID() == runG {
-					v = 1
-				}
-				onRun.CompareAndSwap(0, v)
+		blockIOOpHook = func(bioOp) {
+			v := int32(2)
+			if goroutineID() == runG {
+				v = 1
 			}
+			onRun.CompareAndSwap(0, v)
 		}
 		err := p.Run(ctx, env)
 		blockIOOpHook = nil
