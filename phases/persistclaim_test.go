@@ -70,6 +70,21 @@ func complete(t *testing.T, env *Env, p *Persistent) {
 	}
 }
 
+// deadClaim is a claim on work's dataset whose creator died: never
+// renewed, never released, its marker an hour old.
+func deadClaim(t *testing.T, work string) *Persistent {
+	t.Helper()
+	dead, _ := jobEnv(t, work, "run-dead", "hostX")
+	pd, err := create(dead, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pd.claim.stopRenewing()
+	pd.claim = nil // never released: the process is gone
+	age(t, pd)
+	return pd
+}
+
 // age sets the partial marker's times an hour back: a dead creator's.
 func age(t *testing.T, p *Persistent) {
 	t.Helper()
@@ -246,14 +261,7 @@ func TestPersistClaimStaleTakenOver(t *testing.T) {
 func TestPersistClaimTakersRace(t *testing.T) {
 	fastLease(t)
 	work := t.TempDir()
-	dead, _ := jobEnv(t, work, "run-dead", "hostX")
-	pd, err := create(dead, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pd.claim.stopRenewing()
-	pd.claim = nil // never released: the process is gone
-	age(t, pd)
+	pd := deadClaim(t, work)
 	const n = 8
 	var wg sync.WaitGroup
 	ps := make([]*Persistent, n)
@@ -348,14 +356,7 @@ func TestPersistClaimSkewedClockKept(t *testing.T) {
 func TestPersistTakeOverLate(t *testing.T) {
 	fastLease(t)
 	work := t.TempDir()
-	dead, _ := jobEnv(t, work, "run-dead", "hostX")
-	pd, err := create(dead, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pd.claim.stopRenewing()
-	pd.claim = nil
-	age(t, pd)
+	pd := deadClaim(t, work)
 	judged, err := readClaim(pd.Root)
 	if err != nil || judged == nil {
 		t.Fatal(judged, err)
