@@ -4,7 +4,8 @@
 # (chattr), gcc (cgo and the benchmark's syscall-floor program), Chromium
 # (the HTML report's screenshot test), git (git_clone), PyTorch and strace
 # (phases/ckpt checks its checkpoint formats and call shapes against real
-# torch; in CI a missing torch fails those tests). Slurm and munge are
+# torch; in CI a missing torch fails those tests), python3-fsspec (the bench
+# scripts make test runs small, TestBenchScriptsRun). Slurm and munge are
 # installed by slurm/cluster.sh, which the Slurm test runs. VersityGW (the S3
 # tests' server) is no package: make test-go builds it from the Go module
 # proxy (io/s3/s3test TestBinary, bounded at 10 minutes) into the user's
@@ -28,13 +29,14 @@ command -v strace >/dev/null || need+=(strace)                          # phases
 command -v ip     >/dev/null || need+=(iproute2)
 command -v sshfs  >/dev/null || need+=(sshfs)
 [ -x /usr/sbin/sshd ]        || need+=(openssh-server)
-# make bench's peers (.ci/deps.sh --bench): boto3 for the S3 client
-# comparison, fsspec for the interface and list+stat comparisons
-# (workflow.sh, which also needs GNU tar and md5sum, both essential in
-# Debian); make test needs neither.
+# fsspec, the list+stat peer of workflow.sh (which also needs GNU tar and
+# md5sum, both essential in Debian): make test runs the bench scripts small
+# (TestBenchScriptsRun), and workflow.sh refuses to start without it.
+/usr/bin/python3 -c 'import fsspec' 2>/dev/null || need+=(python3-fsspec)
+# make bench's other peer (.ci/deps.sh --bench): boto3 for the S3 client
+# comparison; make test does not need it.
 if [ "${1:-}" = --bench ]; then
   /usr/bin/python3 -c 'import boto3' 2>/dev/null || need+=(python3-boto3)
-  /usr/bin/python3 -c 'import fsspec' 2>/dev/null || need+=(python3-fsspec)
 fi
 [ ${#need[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" != 0 ]; then
