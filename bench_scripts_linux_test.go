@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // The scripts `make bench` runs, each at its smallest size, and the one
@@ -31,7 +33,18 @@ func TestBenchScriptsRun(t *testing.T) {
 			t.Skipf("%s not installed", tool)
 		}
 	}
+	// The scripts refuse a tmpfs BENCH_DIR (their images and files must
+	// be on a disk): a TMPDIR on tmpfs moves them to /var/tmp.
 	dir := t.TempDir()
+	var fs unix.Statfs_t
+	if unix.Statfs(dir, &fs) == nil && fs.Type == unix.TMPFS_MAGIC {
+		d, err := os.MkdirTemp("/var/tmp", "prism-bench-test-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(d) })
+		dir = d
+	}
 	table := filepath.Join(dir, "table.tsv")
 	if err := os.WriteFile(table, []byte("#start\t2026-01-01T00:00:00Z\t0 0 0\n"), 0o644); err != nil {
 		t.Fatal(err)
