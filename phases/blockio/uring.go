@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -108,14 +109,18 @@ func (p *blockIO) probePunts(env *phases.Env, job *bioJob) {
 			// before there was a probe, and say so.
 			why := fmt.Sprint(err)
 			if err == nil {
-				why = "completed with " + unix.ErrnoName(pr.Errno)
+				why = "completed with " + pr.Errno.Error()
 			}
 			if env.Rank == 0 {
 				fmt.Fprintf(env.Log, "prism: %s %q: rank %d: io_uring punt probe of %s on %s: %s; keeping io_uring\n", env.Kind, env.Name, env.WorldRank, kind, job.paths[0], why)
 			}
 		case pr.Punts:
 			kinds = append(kinds, kind)
-			errnos = append(errnos, unix.ErrnoName(pr.Errno))
+			// The kernel's names: unix calls 95 ENOTSUP, an alias.
+			name := map[unix.Errno]string{unix.EAGAIN: "EAGAIN", unix.EOPNOTSUPP: "EOPNOTSUPP"}[unix.Errno(pr.Errno)]
+			if !slices.Contains(errnos, name) {
+				errnos = append(errnos, name)
+			}
 		}
 	}
 	if len(kinds) == 0 {

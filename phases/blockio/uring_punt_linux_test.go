@@ -66,7 +66,7 @@ func TestURingAutoFallsBackWherePunted(t *testing.T) {
 			t.Fatalf("%s: the punt warned %d times, want once:\n%s", rw, n, res.Stderr)
 		}
 		why := r.Notes["ioengine_fallback"]
-		if r.Notes["ioengine"] != enginePsync || r.Metrics["io_uring"] != 0 || !strings.Contains(why, "buffered "+kind+" of tmpfs files punt every request to io-wq") {
+		if r.Notes["ioengine"] != enginePsync || r.Metrics["io_uring"] != 0 || !strings.Contains(why, "buffered "+kind+" of tmpfs files punt every request to io-wq worker threads (zero-length RWF_NOWAIT io_uring probe: EOPNOTSUPP)") {
 			t.Fatalf("%s: notes %v, metrics.io_uring %v: want psync with the punt as the fallback's reason", rw, r.Notes, r.Metrics["io_uring"])
 		}
 		if _, ok := r.Notes["io_uring_punted"]; ok {
