@@ -82,9 +82,9 @@ func (p *blockIO) chooseEngine(env *phases.Env) *uring.Ring {
 // will be), whether it would hand every request of a kind this job
 // issues to an io-wq worker thread. Then each request pays a thread
 // wake-up and a context switch that psync does not: measured on Linux
-// 6.18 (docs/PERFORMANCE.md), 4 KiB page-cached random reads on tmpfs ran
-// ~50× more ops a second with psync at QD1 and ~2× at QD16, and buffered
-// writes on tmpfs and ext4 lost likewise. The answer comes from the
+// 6.18 (docs/PERFORMANCE.md, medians of 12 paired rounds), psync did 37×
+// the 4 KiB random reads a second on tmpfs at QD1 and 2.6× at QD16, and
+// 1.3–52× the buffered writes on tmpfs and ext4. The answer comes from the
 // kernel's own punt test, not from a timing, so the same plan on the same
 // filesystem always gets the same engine. With ioengine = "auto" (the
 // default) the rank then runs psync and notes.ioengine_fallback says why;
