@@ -163,7 +163,9 @@ type PhaseResult struct {
 	// workdir.
 	Storage *StorageInfo `json:"storage,omitempty"`
 	// Notes are a phase's own facts about how it ran, as text (blockio's
-	// ioengine and, when io_uring was refused, ioengine_fallback).
+	// ioengine; ioengine_fallback when io_uring was refused or its
+	// requests would punt to io-wq; io_uring_punted when the plan kept
+	// io_uring anyway).
 	Notes map[string]string `json:"notes,omitempty"`
 	// Timeline is the phase's ops and bytes per second since its start
 	// (coarser past SeriesCap seconds), per op type, summed over ranks.

@@ -24,5 +24,7 @@
 // Off Linux New fails with ErrUnsupported and callers fall back to
 // blocking I/O. Setup errors are classified by Unavailable so that a
 // caller can record why io_uring was not used (kernel.io_uring_disabled,
-// a seccomp filter, an old kernel).
+// a seccomp filter, an old kernel). Punts probes, with one zero-length
+// RWF_NOWAIT request, whether the kernel would hand every read or write of
+// a file to an io-wq worker thread, where a ring loses to blocking I/O.
 package uring

@@ -4,6 +4,7 @@ package uring
 
 import (
 	"errors"
+	"runtime"
 	"sync/atomic"
 	"unsafe"
 
@@ -288,4 +289,56 @@ func (r *Ring) Close() error {
 		return err
 	}
 	return nil
+}
+
+// probeByte gives the probe's zero-length buffer an address: the kernel
+// touches no byte of it.
+var probeByte [1]byte
+
+// Punts probes whether this kernel hands every read (write = false) or
+// every write of fd to an io-wq worker thread instead of doing it inline
+// at submission. It submits one zero-length request of that kind with
+// RWF_NOWAIT through a fresh ring (from a locked thread, as a
+// single-issuer ring wants). With RWF_NOWAIT the kernel fails a request
+// it would punt instead of punting it: a file without FMODE_NOWAIT
+// (tmpfs) fails with EOPNOTSUPP, a buffered write to a filesystem without
+// FOP_BUFFER_WASYNC (ext4) with EAGAIN, and a request it does inline
+// completes with 0. Zero bytes: nothing is read into memory, nothing
+// written, no data or timestamp changes, and what the page cache holds
+// does not matter, so the answer is the same on every call. It cannot
+// see punts that depend on the request (a direct write that must
+// allocate or convert blocks, a lock another writer holds): those send
+// some requests to io-wq, not every one.
+func Punts(fd int, write bool) (Punt, error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	r, err := New(2)
+	if err != nil {
+		return Punt{}, err
+	}
+	defer r.Close()
+	if err := r.Enable(); err != nil {
+		return Punt{}, err
+	}
+	op := uint8(OpRead)
+	if write {
+		op = OpWrite
+	}
+	s := r.Get()
+	s.PrepRW(op, fd, probeByte[:0], 0)
+	s.OpFlags = unix.RWF_NOWAIT
+	if _, err := r.Enter(1); err != nil {
+		return Punt{}, err
+	}
+	c := r.Peek()
+	if c == nil {
+		return Punt{}, errors.New("io_uring: the probe's completion is missing")
+	}
+	res := c.Res
+	r.Advance()
+	if res >= 0 {
+		return Punt{}, nil
+	}
+	e := unix.Errno(-res)
+	return Punt{Punts: e == unix.EAGAIN || e == unix.EOPNOTSUPP, Errno: e}, nil
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -165,5 +166,136 @@ func TestUnavailableReasons(t *testing.T) {
 	var se *SetupError
 	if !errors.As(err, &se) || !strings.Contains(Unavailable(err), "ENOSYS") && !strings.Contains(Unavailable(err), "function not implemented") {
 		t.Fatalf("New with an injected ENOSYS: %v", err)
+	}
+}
+
+// ioWorker reports whether this process has an io-wq worker thread of
+// the thread tid: the kernel names them iou-wrk-<tid of the submitter>.
+func ioWorker(tid int) (bool, error) {
+	ents, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		return false, err
+	}
+	want := "iou-wrk-" + strconv.Itoa(tid)
+	for _, e := range ents {
+		b, _ := os.ReadFile(filepath.Join("/proc/self/task", e.Name(), "comm"))
+		if strings.TrimSpace(string(b)) == want {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// probeAndSubmit runs Punts on fd, then submits one 4 KiB request of the
+// kind through a ring, both from a new OS thread that exits afterwards
+// (the goroutine ends locked to it), so no io-wq worker of an earlier
+// test's ring is around; and reports whether the kernel gave the request
+// to an io-wq worker of that thread. Workers outlive their request, so
+// the check after the completion sees one.
+func probeAndSubmit(fd int, write bool) (p Punt, punted, stale bool, res int32, err error) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+		tid := unix.Gettid()
+		if stale, err = ioWorker(tid); stale || err != nil {
+			return
+		}
+		if p, err = Punts(fd, write); err != nil {
+			return
+		}
+		r, e := New(2)
+		if err = e; err != nil {
+			return
+		}
+		defer r.Close()
+		if err = r.Enable(); err != nil {
+			return
+		}
+		buf := make([]byte, 4096)
+		if write {
+			unix.Pread(fd, buf, 0) // write back what is there
+		}
+		op := uint8(OpRead)
+		if write {
+			op = OpWrite
+		}
+		r.Get().PrepRW(op, fd, buf, 0)
+		if _, err = r.Enter(1); err != nil {
+			return
+		}
+		res = r.Peek().Res
+		r.Advance()
+		punted, err = ioWorker(tid)
+	}()
+	<-done
+	return
+}
+
+// TestPuntsMatchesTheKernel: Punts says a kind of request punts exactly
+// where the kernel hands a real one to an io-wq worker thread. A buffered
+// read of a tmpfs file (no FMODE_NOWAIT) makes an iou-wrk-<tid> thread
+// and Punts says it punts (EOPNOTSUPP); a read of a page-cached file on a
+// disk filesystem completes inline, with no worker, and Punts says no; on
+// ext4 a buffered write punts (no FOP_BUFFER_WASYNC: EAGAIN), and Punts
+// says so. The probe moves no byte: the file's content is unchanged.
+func TestPuntsMatchesTheKernel(t *testing.T) {
+	type tc struct {
+		name, dir string
+		write     bool
+		errno     unix.Errno // the probe's answer where it punts
+	}
+	var cases []tc
+	var sf unix.Statfs_t
+	if unix.Statfs("/dev/shm", &sf) == nil && sf.Type == unix.TMPFS_MAGIC {
+		cases = append(cases, tc{"tmpfs read", "/dev/shm", false, unix.EOPNOTSUPP})
+	}
+	disk := t.TempDir()
+	if unix.Statfs(disk, &sf) == nil && sf.Type == unix.TMPFS_MAGIC {
+		disk = "/var/tmp"
+	}
+	if unix.Statfs(disk, &sf) == nil && sf.Type != unix.TMPFS_MAGIC {
+		cases = append(cases, tc{"disk read", disk, false, 0})
+		if sf.Type == unix.EXT4_SUPER_MAGIC {
+			cases = append(cases, tc{"ext4 write", disk, true, unix.EAGAIN})
+		}
+	}
+	if len(cases) == 0 {
+		t.Skip("neither /dev/shm on tmpfs nor a disk filesystem here")
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			d, err := os.MkdirTemp(c.dir, "prism-uring-")
+			if err != nil {
+				t.Skip(err)
+			}
+			defer os.RemoveAll(d)
+			path := filepath.Join(d, "f")
+			data := bytes.Repeat([]byte("prism"), 1000)[:4096]
+			if err := os.WriteFile(path, data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			fd, err := unix.Open(path, unix.O_RDWR, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer unix.Close(fd)
+			unix.Fdatasync(fd)
+			p, punted, stale, res, err := probeAndSubmit(fd, c.write)
+			switch {
+			case stale:
+				t.Skip("the new thread already has an io-wq worker")
+			case err != nil:
+				t.Skipf("io_uring or /proc unavailable here: %v", Unavailable(err))
+			case res != 4096:
+				t.Fatalf("the request returned %d", res)
+			}
+			if p.Punts != punted || p.Errno != c.errno {
+				t.Fatalf("Punts = %+v, a real request went to io-wq: %v; want Punts %v with %v", p, punted, c.errno != 0, c.errno)
+			}
+			if got, _ := os.ReadFile(path); !bytes.Equal(got, data) {
+				t.Fatal("the probe changed the file")
+			}
+		})
 	}
 }

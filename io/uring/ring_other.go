@@ -14,6 +14,9 @@ func SetSetupHookForTest(error) {}
 // New fails with ErrUnsupported.
 func New(uint32) (*Ring, error) { return nil, ErrUnsupported }
 
+// Punts fails with ErrUnsupported.
+func Punts(int, bool) (Punt, error) { return Punt{}, ErrUnsupported }
+
 func (r *Ring) Entries() int                   { return 0 }
 func (r *Ring) Get() *SQE                      { return nil }
 func (r *Ring) Enter(uint32) (int, error)      { return 0, ErrUnsupported }

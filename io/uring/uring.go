@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"syscall"
 	"unsafe"
 )
 
@@ -26,6 +27,19 @@ const (
 
 	FsyncDatasync = 1 << 0 // OpFsync's OpFlags: fdatasync
 )
+
+// Punt is what Punts found about one kind of request on one file.
+type Punt struct {
+	// Punts: the kernel hands every such request to an io-wq worker
+	// thread (a thread wake-up per request) instead of doing it inline.
+	Punts bool
+	// Errno is the probe's completion error: EOPNOTSUPP (the file lacks
+	// FMODE_NOWAIT) or EAGAIN (a buffered write the filesystem cannot do
+	// without blocking) when Punts; any other is an answer Punts does not
+	// know (an old kernel's EINVAL), reported as not punting. 0 when the
+	// probe completed inline.
+	Errno syscall.Errno
+}
 
 // SQE is one submission queue entry (64 bytes, the kernel's layout).
 type SQE struct {
