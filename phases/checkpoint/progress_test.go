@@ -2,8 +2,10 @@ package checkpoint
 
 import (
 	"fmt"
+	"regexp"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/prism-hpc/prism/phases"
 	"github.com/prism-hpc/prism/phases/phasestest"
@@ -58,7 +60,8 @@ func phaseName(p phases.Phase) string {
 
 // TestExpectedOpsAreTheRecordedOps: the ops every rank of every
 // checkpoint kind records in a measured iteration are exactly its
-// ExpectedOps, which progress turns into a percentage and an ETA; over
+// ExpectedOps, which progress turns into a percentage and an ETA (the
+// last progress line of each Run: 100% of the ranks' sum); over
 // several models, formats, call shapes and rank counts, where ranks issue
 // different counts (ddp_save: rank 0 alone; fsdp: each its shard, rank 0
 // the metadata too; rl_load: the first `readers`).
@@ -165,7 +168,8 @@ time_between_checkpoints = "0s"
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			reg, of := instances()
-			res := phasestest.Run(t, reg, tc.plan, phasestest.Ranks(tc.ranks), phasestest.File("ckpt.toml"))
+			res := phasestest.Run(t, reg, tc.plan, phasestest.Ranks(tc.ranks), phasestest.File("ckpt.toml"),
+				phasestest.Progress(phases.ProgressLine, time.Hour))
 			for _, ph := range res.Manifest.Phases {
 				if ph.Status != report.StatusPassed {
 					t.Fatalf("%s: %s: %s", ph.Name, ph.Status, ph.Error)
@@ -185,6 +189,19 @@ time_between_checkpoints = "0s"
 				}
 				if total == 0 {
 					t.Errorf("%s: ExpectedOps is 0 on every rank: nothing checked", ph.Name)
+				}
+				// Rank 0's last progress line of each Run sums every rank's
+				// own count, as each reported it (not rank 0's times the
+				// ranks).
+				done := regexp.MustCompile(`\] ` + ph.Name + `( iter \d+/\d+| warm-up \d+/\d+)?: done, (\d+) ops \((\S+)% of (\d+)\)`)
+				lines := done.FindAllStringSubmatch(res.Stderr, -1)
+				if len(lines) != ph.WarmupIterations+len(ph.Iterations) {
+					t.Errorf("%s: %d progress lines ending a Run, want %d:\n%s", ph.Name, len(lines), ph.WarmupIterations+len(ph.Iterations), res.Stderr)
+				}
+				for _, l := range lines {
+					if l[2] != fmt.Sprint(total) || l[3] != "100.0" || l[4] != fmt.Sprint(total) {
+						t.Errorf("%s: progress %q, want %d ops, 100.0%% of %d", ph.Name, l[0], total, total)
+					}
 				}
 			}
 		})
