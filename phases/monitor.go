@@ -189,14 +189,18 @@ func IsTerminal(f *os.File) bool { return isTerminal(f.Fd()) }
 
 // The numbers of one rank's progress report (spmd.Reporter): ops and
 // bytes of the timed recorders so far, ns since its Run started, 1 once
-// its Run has returned, and its rank in the job (a sweep's or a group's
-// communicator numbers its ranks its own way).
+// its Run has returned, its rank in the job (a sweep's or a group's
+// communicator numbers its ranks its own way), and its own ExpectedOps
+// (0: not count-bounded), which ranks of one phase need not share: a
+// ddp_save's rank 0 writes the whole checkpoint and the others nothing,
+// an fsdp_save's ranks each their own shard.
 const (
 	repOps = iota
 	repBytes
 	repElapsed
 	repDone
 	repWorld
+	repWant
 )
 
 // progress shows one timed Run's progress. Every rank of the phase reports
@@ -215,6 +219,7 @@ type progress struct {
 	tag      string
 	label    string // [i/N] name
 	started  time.Time
+	want     int64 // this rank's ExpectedOps, read once Setup has run
 	finished chan struct{}
 	quit     chan struct{}
 	wg       sync.WaitGroup
@@ -228,6 +233,9 @@ func (e *engine) startProgress(env *Env, t0 time.Time) *progress {
 	}
 	p := &progress{e: e, env: env, started: t0, finished: make(chan struct{}), quit: make(chan struct{}),
 		tag: fmt.Sprintf("%d.%d.%d.progress", env.Index, env.Size, env.Iteration), label: e.instance(env.spec) + " " + env.Name}
+	if x, ok := env.spec.Phase.(OpCounter); ok {
+		p.want = max(x.ExpectedOps(), 0)
+	}
 	env.mu.Lock()
 	env.merged, env.outside = [2]int64{}, [2]int64{}
 	env.mu.Unlock()
@@ -293,6 +301,7 @@ func (p *progress) sample(now time.Time, done bool) [spmd.ReportWords]int64 {
 		v[repDone] = 1
 	}
 	v[repWorld] = int64(p.env.WorldRank)
+	v[repWant] = p.want
 	return v
 }
 
@@ -397,8 +406,8 @@ type progressState struct {
 }
 
 // line renders one progress line from every rank's latest report: the
-// percentage and ETA (ops over the phase's expected ops, or elapsed over
-// its runtime), the aggregate ops/s and MiB/s over all ranks (each rank's
+// percentage and ETA (ops over the sum of the ranks' own expected ops, or
+// elapsed over its runtime), the aggregate ops/s and MiB/s over all ranks (each rank's
 // rate over the window between its last two reports, summed), and the
 // slowest rank still running.
 func (p *progress) line(st *progressState, latest [][]int64, now time.Time) string {
@@ -424,26 +433,22 @@ func (p *progress) line(st *progressState, latest [][]int64, now time.Time) stri
 	b.WriteString(p.label)
 	b.WriteString(p.iteration())
 	b.WriteString(":")
-	var per int64
-	if x, ok := s.Phase.(OpCounter); ok {
-		per = x.ExpectedOps()
-	}
+	wants, want := expected(latest)
 	var runtime time.Duration
 	if x, ok := s.Phase.(Runtimer); ok {
 		runtime = x.Runtime()
 	}
 	eta := time.Duration(-1)
 	switch {
-	case per > 0:
-		want := per * int64(len(latest))
+	case want > 0:
 		fmt.Fprintf(&b, " %5.1f%% %d/%d ops", 100*min(float64(ops)/float64(want), 1), ops, want)
 		// The phase ends with its slowest rank: the longest of the ranks'
 		// remaining ops at their own average rate so far.
-		for _, v := range latest {
+		for r, v := range latest {
 			if v[repDone] != 0 || v[repElapsed] <= 0 || v[repOps] <= 0 {
 				continue
 			}
-			left := max(per-v[repOps], 0)
+			left := max(wants[r]-v[repOps], 0)
 			eta = max(eta, time.Duration(float64(left)/float64(v[repOps])*float64(v[repElapsed])))
 		}
 	case runtime > 0:
@@ -460,11 +465,29 @@ func (p *progress) line(st *progressState, latest [][]int64, now time.Time) stri
 		fmt.Fprintf(&b, ", ETA %s", eta.Round(time.Second))
 	}
 	if len(latest) > 1 {
-		if r, what := slowest(latest, st, per); r >= 0 {
+		if r, what := slowest(latest, st, wants); r >= 0 {
 			fmt.Fprintf(&b, "; slowest rank %d %s", r, what)
 		}
 	}
 	return b.String()
+}
+
+// expected is every rank's expected ops, from its reports, and their sum;
+// a rank not heard from yet is assumed to expect what rank 0 does. nil
+// (and 0) when no rank expects any: the phase is not count-bounded.
+func expected(latest [][]int64) (wants []int64, sum int64) {
+	wants = make([]int64, len(latest))
+	for r, v := range latest {
+		wants[r] = max(v[repWant], 0)
+		if r > 0 && v[repElapsed] <= 0 && v[repDone] == 0 {
+			wants[r] = max(latest[0][repWant], 0) // no report yet
+		}
+		sum += wants[r]
+	}
+	if sum == 0 {
+		return nil, 0
+	}
+	return wants, sum
 }
 
 func allDone(latest [][]int64) bool {
@@ -489,8 +512,7 @@ func (p *progress) final(latest [][]int64) string {
 	b.WriteString(p.label)
 	b.WriteString(p.iteration())
 	fmt.Fprintf(&b, ": done, %d ops", ops)
-	if x, ok := p.env.spec.Phase.(OpCounter); ok && x.ExpectedOps() > 0 {
-		want := x.ExpectedOps() * int64(len(latest))
+	if _, want := expected(latest); want > 0 {
 		fmt.Fprintf(&b, " (%.1f%% of %d)", 100*float64(ops)/float64(want), want)
 	}
 	sec := float64(wall) / 1e9
@@ -521,9 +543,11 @@ func (p *progress) iteration() string {
 }
 
 // slowest names the rank still running that is furthest behind: the
-// least share of its ops on a count-bounded phase, else the lowest rate
-// (bytes when the phase moves bytes). -1 when every rank is done.
-func slowest(latest [][]int64, st *progressState, per int64) (int, string) {
+// least share of its own expected ops (wants) on a count-bounded phase (a
+// rank that expects none is at 100%, waiting for the others), else the
+// lowest rate (bytes when the phase moves bytes). -1 when every rank is
+// done.
+func slowest(latest [][]int64, st *progressState, wants []int64) (int, string) {
 	best, what := -1, ""
 	var worst float64
 	for r, v := range latest {
@@ -533,8 +557,11 @@ func slowest(latest [][]int64, st *progressState, per int64) (int, string) {
 		var x float64
 		var w string
 		switch {
-		case per > 0:
-			x = float64(v[repOps]) / float64(per)
+		case wants != nil:
+			x = 1
+			if wants[r] > 0 {
+				x = float64(v[repOps]) / float64(wants[r])
+			}
 			w = fmt.Sprintf("%.1f%%", 100*min(x, 1))
 		case v[repBytes] > 0:
 			x = st.brate[r]

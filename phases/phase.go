@@ -95,9 +95,13 @@ type Fadviser interface {
 	Fadvises() bool
 }
 
-// OpCounter is implemented by phases that know, once decoded, how many
-// timed ops one rank issues per iteration, so progress can show a
-// percentage and an ETA.
+// OpCounter is implemented by phases that know how many timed ops this
+// rank records per iteration, so progress can show a percentage and an
+// ETA. Each rank reports its own count to rank 0 with its progress, so
+// ranks may differ (a ddp_save's rank 0 writes the whole checkpoint, the
+// others nothing). Progress reads it after Setup, so a count that Setup
+// works out (the checkpoint kinds count their planned calls) is fine; the
+// start line ("N ops per rank") reads it before, and leaves out a 0.
 type OpCounter interface {
 	ExpectedOps() int64
 }

@@ -192,8 +192,8 @@ enum {
 	PRISM_ALERT_TAG = 0x5052, PRISM_ALERT_WORDS = 2,
 	PRISM_PING_TAG = 0x5053, PRISM_PING_WORDS = 3,
 	PRISM_PONG_TAG = 0x5054, PRISM_PONG_WORDS = 4,
-	PRISM_REPORT_TAG = 0x5055, PRISM_REPORT_WORDS = 7,
-	PRISM_WORDS = 7, // the longest message
+	PRISM_REPORT_TAG = 0x5055, PRISM_REPORT_WORDS = 8,
+	PRISM_WORDS = 8, // the longest message
 };
 
 // prism_arecv is one posted receive of an alert or a ping.
@@ -270,8 +270,9 @@ static int prism_alert_send(int h, int64_t hash, int64_t world, int rank, int si
 	return rc;
 }
 // prism_report_send starts the MPI_Isend of a report (Reporter) to rank 0
-// of h: the tag's hash, the sender's rank in h and five numbers.
-static int prism_report_send(int h, int64_t hash, int64_t rank, int64_t a, int64_t b, int64_t c, int64_t d, int64_t e, prism_asend **out) {
+// of h: the tag's hash, the sender's rank in h and six numbers
+// (ReportWords).
+static int prism_report_send(int h, int64_t hash, int64_t rank, int64_t a, int64_t b, int64_t c, int64_t d, int64_t e, int64_t f, prism_asend **out) {
 	prism_asend *s = prism_asend_new(1);
 	*out = s;
 	if (!s) return MPI_ERR_NO_MEM;
@@ -282,6 +283,7 @@ static int prism_report_send(int h, int64_t hash, int64_t rank, int64_t a, int64
 	s->msg[4] = c;
 	s->msg[5] = d;
 	s->msg[6] = e;
+	s->msg[7] = f;
 	int rc = MPI_Isend(s->msg, PRISM_REPORT_WORDS, MPI_INT64_T, 0, PRISM_REPORT_TAG, prism_comm(h), &s->reqs[0]);
 	if (rc == MPI_SUCCESS) s->n = 1;
 	return rc;
@@ -1789,7 +1791,7 @@ func (m *MPI) Report(tag string, v []int64) {
 	a.reapSends()
 	var s *C.prism_asend
 	C.prism_report_send(m.ah, C.int64_t(int64(alertHash(tag))), C.int64_t(m.rank),
-		C.int64_t(w[0]), C.int64_t(w[1]), C.int64_t(w[2]), C.int64_t(w[3]), C.int64_t(w[4]), &s)
+		C.int64_t(w[0]), C.int64_t(w[1]), C.int64_t(w[2]), C.int64_t(w[3]), C.int64_t(w[4]), C.int64_t(w[5]), &s)
 	if s != nil {
 		a.sends = append(a.sends, s)
 	}

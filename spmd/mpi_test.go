@@ -679,3 +679,71 @@ func mpiAlertChild(t *testing.T) {
 	}
 	fmt.Printf("ok rank %d\n", rank)
 }
+
+// TestMPIReport: every word of a report (ReportWords of them) reaches rank
+// 0 as sent, the newest of each rank for the tag Collect asks for, and a
+// report of another tag is left out.
+func TestMPIReport(t *testing.T) {
+	if !mpiChild(t) {
+		res := runUnderMPI(t, mpiTestRanks, 120*time.Second)
+		t.Logf("mpirun exit %d after %v\n%s", res.exitCode, res.elapsed.Round(time.Millisecond), res.out)
+		if res.exitCode != 0 || res.timedOut {
+			t.Fatalf("mpirun failed (exit %d, timed out %v)", res.exitCode, res.timedOut)
+		}
+		got := okRanks(res.out)
+		for i := 0; i < mpiTestRanks; i++ {
+			if !got[i] {
+				t.Errorf("rank %d did not report ok", i)
+			}
+		}
+		return
+	}
+	r, wd := startRank(t)
+	defer wd.Stop()
+	c, rank := r.c, r.rank
+	ctx := context.Background()
+	// Rank r's report: r*100 + word index + 1, so every word differs.
+	words := func(r int) []int64 {
+		v := make([]int64, ReportWords)
+		for i := range v {
+			v[i] = int64(r*100 + i + 1)
+		}
+		return v
+	}
+	if rank != 0 {
+		c.Report("0.4.0.progress", make([]int64, ReportWords)) // replaced by the next
+		c.Report("0.4.0.progress", words(rank))
+		c.Report("0.4.1.progress", []int64{-7, -7, -7, -7, -7, -7}) // another tag
+	}
+	r.no(c.Barrier(ctx), "Barrier")
+	if rank == 0 {
+		latest := make([][]int64, c.Size())
+		for i := range latest {
+			latest[i] = make([]int64, ReportWords)
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			c.Collect("0.4.0.progress", latest)
+			all := true
+			for s := 1; s < c.Size(); s++ {
+				if fmt.Sprint(latest[s]) != fmt.Sprint(words(s)) {
+					all = false
+				}
+			}
+			if all {
+				break
+			}
+			if time.Now().After(deadline) {
+				r.fatalf("reports collected %v, want rank r's r*100+1 .. r*100+%d", latest, ReportWords)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	r.no(c.Barrier(ctx), "final Barrier")
+	wd.Stop()
+	if err := c.Close(); err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL rank %d: Close: %v\n", rank, err)
+		os.Exit(1)
+	}
+	fmt.Printf("ok rank %d\n", rank)
+}

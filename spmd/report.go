@@ -22,8 +22,9 @@ type Reporter interface {
 	Collect(tag string, latest [][]int64)
 }
 
-// ReportWords is how many numbers one report carries.
-const ReportWords = 5
+// ReportWords is how many numbers one report carries (phases' progress:
+// ops, bytes, elapsed, done, world rank and the rank's expected ops).
+const ReportWords = 6
 
 var _ Reporter = (*Rendezvous)(nil)
 

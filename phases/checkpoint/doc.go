@@ -49,6 +49,14 @@
 // failed phase left; ops are the requests (put, create, part, complete,
 // head, get) beside save_file / load_file and the framework's read calls.
 //
+// Progress: every kind counts, in Setup, the timed ops its planned calls
+// will record on this rank (ExpectedOps: writer.expectedOps and
+// reader.expectedOps walk the same plan Run walks), so the progress line
+// has a percentage and an ETA; the count differs by rank (a ddp_save's
+// rank 0 writes everything, an rl_load's ranks past readers read
+// nothing), and each rank reports its own. Over S3 it is 0: the requests
+// an upload or a ranged read makes are decided as the bytes go.
+//
 // It imports only the framework (phases), phases/ckpt, io, io/s3, report and spmd
 // (see phases/doc.go); phases/all registers its kinds.
 package checkpoint

@@ -19,10 +19,18 @@ type ckptLoad struct {
 	fallback *writer
 	rd       *reader
 	mmap     bool
+	want     int64 // this rank's timed ops per iteration, from Setup's plan
 }
 
 func (p *ckptLoad) Config() any    { return p.cfg }
 func (p *ckptLoad) Fadvises() bool { return true }
+
+// ExpectedOps is this rank's timed ops per iteration (phases.OpCounter),
+// which Setup counts from the reads it planned (reader.expectedOps): they
+// depend on the checkpoint found (its format, and for fsdp_load the rank
+// count it was saved at), the rank's share, read_size, mmap and
+// st_blksize, so it is 0 until Setup has run.
+func (p *ckptLoad) ExpectedOps() int64 { return p.want }
 
 // Outputs is the checkpoint Setup wrote when no save came before (it stays
 // for the loads after this one, as a save's would).
@@ -75,6 +83,7 @@ func (p *ckptLoad) readers(size int) int {
 
 func (p *ckptLoad) Setup(ctx context.Context, env *phases.Env) error {
 	mk, lk, _ := p.cfg.keys()
+	p.want = 0
 	if p.model == nil {
 		m, err := mk.resolve(ctx, env)
 		if err != nil {
@@ -153,6 +162,7 @@ func (p *ckptLoad) Setup(ctx context.Context, env *phases.Env) error {
 		return err
 	}
 	p.rd = rd
+	p.want = rd.expectedOps(p.kind)
 	if env.Cache == phases.CacheFadvise {
 		if err := rd.evict(env); err != nil {
 			return err

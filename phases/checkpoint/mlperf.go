@@ -125,6 +125,7 @@ type mlperfCheckpoint struct {
 	pers      *phases.Persistent // persist or checkpoint: the kept checkpoints' directory (persist.go)
 	persGens  int                // checkpoint: how many the write run kept
 	idle      float64            // seconds waited between checkpoints in the last Run
+	want      int64              // this rank's timed ops per iteration, from Setup's plans
 	// Per-checkpoint slowest and fastest process, over measured iterations
 	// (rank 0).
 	saveMax, saveMin, loadMax, loadMin []float64
@@ -157,6 +158,36 @@ func (p *mlperfCheckpoint) Resolve([]*phases.Spec) phases.Resolved {
 
 func (p *mlperfCheckpoint) Fadvises() bool { return true }
 
+// ExpectedOps is this rank's timed ops per iteration (phases.OpCounter):
+// every save and load of its simulated processes, counted by Setup from
+// their planned calls (writer.expectedOps, reader.expectedOps). 0 until
+// Setup has run, and over S3 (see those).
+func (p *mlperfCheckpoint) ExpectedOps() int64 { return p.want }
+
+// expectedOps sums what Run records: each process writes checkpoints 0 ..
+// num_checkpoints_write-1 and reads num_checkpoints_read of them in turn.
+func (p *mlperfCheckpoint) expectedOps() int64 {
+	var n int64
+	gens := p.gens()
+	for _, pr := range p.procs {
+		for k := 0; k < p.cfg.NumWrite; k++ {
+			w := pr.writers[k]
+			if w.obj != nil {
+				return 0
+			}
+			n += w.expectedOps()
+		}
+		for i := 0; i < p.cfg.NumRead; i++ {
+			r := pr.readers[i%gens]
+			if r.obj != nil {
+				return 0
+			}
+			n += r.expectedOps("mlperf")
+		}
+	}
+	return n
+}
+
 // Footprint: every checkpoint written stays until the run ends.
 func (p *mlperfCheckpoint) Footprint(ranks int) phases.Footprint {
 	m := ckpt.MLPerfModels[p.cfg.Model]
@@ -175,6 +206,7 @@ func (p *mlperfCheckpoint) Footprint(ranks int) phases.Footprint {
 
 func (p *mlperfCheckpoint) Setup(ctx context.Context, env *phases.Env) error {
 	c := &p.cfg
+	p.want = 0
 	p.m = ckpt.MLPerfModels[c.Model]
 	p.nproc = c.processes()
 	files, err := p.m.Files(p.nproc, c.Scale)
@@ -305,6 +337,7 @@ func (p *mlperfCheckpoint) Setup(ctx context.Context, env *phases.Env) error {
 			}
 		}
 	}
+	p.want = p.expectedOps()
 	return nil
 }
 

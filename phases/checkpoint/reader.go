@@ -828,6 +828,49 @@ func (r *reader) run(ctx context.Context, env *phases.Env, kind string) (err err
 	return nil
 }
 
+// expectedOps is how many timed ops run records on this rank (the
+// progress line's ExpectedOps), counted from the plan as run walks it: an
+// open before a file's first op, one op per read, pread, lseek and page
+// touch, mmap and the close of the descriptor for a map, a close after a
+// file's last op unless its map closed it, and load_file per file (kind
+// rl: one load_state at the end instead). A rank that reads nothing (an
+// rl_load's ranks past readers) records none. Over S3 it is 0, unknown:
+// the ranged GETs a read triggers depend on the readahead window as the
+// reads arrive.
+func (r *reader) expectedOps(kind string) int64 {
+	if r.obj != nil || len(r.ops) == 0 {
+		return 0
+	}
+	var n int64
+	mapped := make([]bool, len(r.files))
+	for i := range r.ops {
+		op := &r.ops[i]
+		if op.openIt {
+			n++
+			mapped[op.slot] = false
+		}
+		switch op.kind {
+		case ropSeek, ropTouch, ropRead, ropPread:
+			n++
+		case ropMap:
+			n += 2 // mmap, close
+			mapped[op.slot] = true
+		}
+		if op.lastIt {
+			if !mapped[op.slot] {
+				n++ // close
+			}
+			if kind != "rl" {
+				n++ // load_file
+			}
+		}
+	}
+	if kind == "rl" {
+		n++ // load_state
+	}
+	return n
+}
+
 const pageSize = 4096
 
 // mapFile maps the slot's whole file read-only and closes its descriptor,

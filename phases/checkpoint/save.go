@@ -17,9 +17,17 @@ type ckptSave struct {
 	model *ckpt.Model
 	w     *writer
 	ok    bool
+	want  int64 // this rank's timed ops per iteration, from Setup's plan
 }
 
 func (p *ckptSave) Config() any { return p.cfg }
+
+// ExpectedOps is this rank's timed ops per iteration (phases.OpCounter),
+// which Setup counts from the calls it planned (writer.expectedOps): they
+// depend on the model, the format, the rank (rank 0 alone writes a DDP
+// checkpoint and an FSDP .metadata, every FSDP rank its own shard) and the
+// directory's st_blksize, so it is 0 until Setup has run.
+func (p *ckptSave) ExpectedOps() int64 { return p.want }
 
 func (p *ckptSave) Footprint(ranks int) phases.Footprint {
 	mk, _, _ := p.cfg.keys()
@@ -61,7 +69,12 @@ func (p *ckptSave) Setup(ctx context.Context, env *phases.Env) error {
 		return err
 	}
 	p.w = &writer{spec: saveSpec(p.kind, p.cfg), model: p.model, dir: dir, gen: generation(env, "save"), obj: obj}
-	return p.w.prepare(env, uint64(mk.Seed), int64(mk.BufferBudget))
+	p.want = 0
+	if err := p.w.prepare(env, uint64(mk.Seed), int64(mk.BufferBudget)); err != nil {
+		return err
+	}
+	p.want = p.w.expectedOps()
+	return nil
 }
 
 func (p *ckptSave) Run(ctx context.Context, env *phases.Env) error {

@@ -452,6 +452,27 @@ func (w *writer) writeFile(ctx context.Context, env *phases.Env, f int) error {
 	return nil
 }
 
+// expectedOps is how many timed ops write records on this rank (the
+// progress line's ExpectedOps): per file its open, every planned call
+// (write, writev, pwrite, lseek, fsync), its close, the rename of DCP's
+// .tmp and save_file, the whole file; writeFile records exactly these. A
+// rank without files (a ddp_save's ranks but 0) records none. Over S3 it
+// is 0, unknown: an upload's requests (one PUT, or create, parts and
+// complete) are decided by the upload as the parts fill.
+func (w *writer) expectedOps() int64 {
+	if w.obj != nil {
+		return 0
+	}
+	var n int64
+	for _, f := range w.files {
+		n += 3 + int64(len(w.calls[f])) // open, the calls, close, save_file
+		if w.layout.Files[f].Tmp != "" {
+			n++ // rename
+		}
+	}
+	return n
+}
+
 // issue makes one write, writev or pwrite: the staged part gathered into
 // the staging buffer, the direct part cut from its segment, then the
 // call, timed alone.

@@ -27,7 +27,7 @@ func Register(r *phases.Registry) {
 	r.Register(phases.Kind{Name: "md5_check", Family: "dataload",
 		Summary: "read every file of the latest create_dataset (or its own) in sequential, random or strided order for epochs, MD5 each and compare; ops read (one pread), file (open, reads, MD5, close)",
 		New:     func() phases.Phase { return &md5Check{cfg: defaultMD5Config()} },
-		Sample:  "sizes = [\"8KiB\", \"96KiB\"]\ncopies = 6\nepochs = 2\norder = \"random\""})
+		Sample:  "sizes = [\"8KiB\", \"96KiB\"]\ncopies = 6\nepochs = 2\norder = \"random\"\nchunk = \"64KiB\""})
 	r.Register(phases.Kind{Name: "train", Family: "dataload",
 		Summary: "MLPerf Storage training emulation (DLIO): simulated accelerators compute compute_time per batch while read_threads prefetch samples; AU%, samples/s, MiB/s as [METRIC] lines; op read (open, pread of a sample, close)",
 		New:     func() phases.Phase { return &train{cfg: defaultTrainConfig()} },

@@ -27,6 +27,9 @@ import (
 //   - a run on one rank in a temporary directory passes, its Teardown
 //     leaves no file in the phase's directory but what it declares as
 //     Outputs, and the run directory is gone afterwards;
+//   - a kind that counts its ops (phases.OpCounter) records exactly
+//     ExpectedOps per iteration, as read when its Run starts (which is
+//     when progress reads it), unless that is 0 (not known);
 //   - a Run whose context is cancelled while it runs returns within a
 //     second, and the whole run ends with the phase failed, not hung.
 //
@@ -127,6 +130,7 @@ type probe struct {
 	returned    time.Time
 	leftovers   []string
 	sawRun      bool
+	wants       []int64 // ExpectedOps as each Run started
 }
 
 func (p *probe) Config() any { return p.inner.Config() }
@@ -135,6 +139,9 @@ func (p *probe) Setup(ctx context.Context, env *phases.Env) error { return p.inn
 
 func (p *probe) Run(ctx context.Context, env *phases.Env) error {
 	p.sawRun = true
+	if !env.Warmup {
+		p.wants = append(p.wants, p.ExpectedOps())
+	}
 	if p.cancelAfter <= 0 {
 		return p.inner.Run(ctx, env)
 	}
@@ -215,6 +222,19 @@ func conformRun(t *testing.T, k phases.Kind, plan string) {
 	}
 	if len(pr.leftovers) > 0 {
 		t.Errorf("Teardown left %d files it does not declare as Outputs, e.g. %s", len(pr.leftovers), pr.leftovers[0])
+	}
+	if _, ok := pr.inner.(phases.OpCounter); ok {
+		// Progress's percentage and ETA: the ops recorded, over the count.
+		var want int64
+		for _, w := range pr.wants {
+			if w == 0 {
+				return // not known for this configuration
+			}
+			want += w
+		}
+		if got := ph.PerRank.At(0).Ops; got != want {
+			t.Errorf("%d ops recorded in %d iterations, ExpectedOps says %v: progress would not reach 100%%", got, len(pr.wants), pr.wants)
+		}
 	}
 }
 
