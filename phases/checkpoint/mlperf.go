@@ -138,7 +138,6 @@ type mlpProc struct {
 	files   []ckpt.TorchFile
 	bytes   int64
 	pool    *ckpt.Pool
-	set     *report.Set
 	recs    ioRecs
 	writers []*writer // one per checkpoint written
 	readers []*reader // one per checkpoint written, reading it
@@ -410,16 +409,13 @@ func (p *mlperfCheckpoint) Run(ctx context.Context, env *phases.Env) error {
 	c := &p.cfg
 	for _, pr := range p.procs {
 		pr.save, pr.load = pr.save[:0], pr.load[:0]
-		// Each process times into a set of its own, watched by the stall
-		// monitor while it runs and merged into the rank's at the end.
-		pr.set = env.NewSet()
-		pr.recs = newIORecs(pr.set.Op)
+		// Each process times into a set of its own, fresh each
+		// iteration, watched by the stall monitor while it runs. The
+		// engine merges it into the rank's once the clock has stopped
+		// (Env.NewSet): no figure of this Run reads the rank's set, the
+		// metrics come from the durations timed here.
+		pr.recs = newIORecs(env.NewSet().Op)
 	}
-	defer func() {
-		for _, pr := range p.procs {
-			env.Merge(pr.set)
-		}
-	}()
 	var saveMax, saveMin, loadMax, loadMin []float64
 	p.ok, p.idle = false, 0
 	for k := 0; k < c.NumWrite; k++ {

@@ -168,7 +168,6 @@ type trainAccel struct {
 }
 
 type trainReader struct {
-	set *report.Set
 	rec *report.Recorder
 	buf []byte
 }
@@ -497,22 +496,18 @@ func (p *train) Run(ctx context.Context, env *phases.Env) error {
 	p.s3.ctx = ctx
 	E := p.cfg.Epochs
 	p.compute, p.elapsed, p.rate = make([]float64, E), make([]float64, E), make([]float64, E)
+	// Each reader times into a set of its own, fresh each iteration; the
+	// engine merges them into the rank's once the clock has stopped
+	// (Env.NewSet). AU and throughput come from the epochs' compute and
+	// elapsed times, not from the rank's set.
 	for _, acc := range p.accels {
 		for _, r := range acc.readers {
-			r.set = env.NewSet()
-			r.rec = r.set.Op("read")
+			r.rec = env.NewSet().Op("read")
 			if p.root != nil {
 				r.rec.Under(p.root.Path())
 			}
 		}
 	}
-	defer func() {
-		for _, acc := range p.accels {
-			for _, r := range acc.readers {
-				env.Merge(r.set)
-			}
-		}
-	}()
 	for e := 0; e < E; e++ {
 		var wg sync.WaitGroup
 		errs := make([]error, len(p.accels))

@@ -235,8 +235,7 @@ func TestTrainReadSampleAllocatesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := p.accels[0].readers[0]
-	r.set = report.NewSet()
-	r.rec = r.set.Op("read")
+	r.rec = report.NewSet().Op("read")
 	s := int64(0)
 	allocs := testing.AllocsPerRun(20, func() {
 		if err := p.readSample(r, s%p.samples); err != nil {

@@ -443,18 +443,15 @@ func (p *multipartPhase) Setup(ctx context.Context, env *phases.Env) error {
 
 // Run uploads the objects, one per worker at a time. The requests are
 // timed by the callbacks Setup built into the per-worker sets (create,
-// complete, and part per part worker), merged into the rank's at the end.
+// complete, and part per part worker), made by env.NewSet in this
+// iteration's Setup: the engine merges them into the rank's after the
+// clock has stopped, not here inside the timed span.
 func (p *multipartPhase) Run(ctx context.Context, env *phases.Env) error {
 	recs := make([]*report.Recorder, len(p.obj.bufs))
 	for w := range recs {
 		recs[w] = p.sets[w][0].Op("create")
 	}
 	err := spread(ctx, env, len(p.obj.keys), recs, p.fn)
-	for _, ss := range p.sets {
-		for _, s := range ss {
-			env.Merge(s)
-		}
-	}
-	p.sets = nil
+	p.sets = nil // the next iteration's Setup makes fresh ones
 	return err
 }

@@ -158,21 +158,17 @@ type work func(ctx context.Context, w, item int, rec *report.Recorder) error
 
 // each runs n items over the rank's workers, worker w taking items w,
 // w+W, …, and calls fn(w, item, rec) with the worker's recorder of op
-// (its own report.Set, merged into the rank's when it is done). The first
-// failure cancels the other workers and is returned. fn is built once per
-// phase, so the loop around a request adds no allocation per item.
+// (its own report.Set from env.NewSet, which the engine merges into the
+// rank's once the iteration's clock has stopped: merging here would
+// create the rank's recorder inside the timed span). The first failure
+// cancels the other workers and is returned. fn is built once per phase,
+// so the loop around a request adds no allocation per item.
 func (o *objects) each(ctx context.Context, env *phases.Env, n int, op string, fn work) error {
-	sets := make([]*report.Set, len(o.bufs))
 	recs := make([]*report.Recorder, len(o.bufs))
-	for w := range sets {
-		sets[w] = env.NewSet()
-		recs[w] = sets[w].Op(op)
+	for w := range recs {
+		recs[w] = env.NewSet().Op(op)
 	}
-	err := spread(ctx, env, n, recs, fn)
-	for _, s := range sets {
-		env.Merge(s)
-	}
-	return err
+	return spread(ctx, env, n, recs, fn)
 }
 
 // eachUntimed is each for Setup and Teardown: the stall watchdog sees the
