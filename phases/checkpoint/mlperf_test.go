@@ -148,3 +148,56 @@ time_between_checkpoints = "0s"
 		t.Errorf("without [plan] keep the run directory stays: %v", left)
 	}
 }
+
+// TestMLPerfWorkerSetsOncePerIteration: each simulated process times into
+// a set the engine merges once after its iteration's clock (Env.NewSet).
+// Over a warmup and two measured iterations on two ranks, every file op
+// is counted iterations × checkpoints × files, the bytes are the
+// checkpoints' bytes, and they agree with the metrics, which come from
+// the durations (save_checkpoints, the per-checkpoint arrays).
+func TestMLPerfWorkerSetsOncePerIteration(t *testing.T) {
+	const iters, nw, nr = 2, 2, 1
+	plan := fmt.Sprintf(`[plan]
+drop_caches = "none"
+[[phase]]
+kind = "mlperf_checkpoint"
+scale = 0.00002
+num_checkpoints_write = %d
+num_checkpoints_read = %d
+time_between_checkpoints = "0s"
+warmup = 1
+iterations = %d
+`, nw, nr, iters)
+	res := phasestest.Run(t, registry(), plan, phasestest.Ranks(2))
+	ph := res.Phase(t, "mlperf_checkpoint")
+	if ph.Status != report.StatusPassed || len(ph.Iterations) != iters {
+		t.Fatalf("%s, %d iterations: %s", ph.Status, len(ph.Iterations), ph.Error)
+	}
+	files, err := ckpt.MLPerfModels["llama3-8b"].Files(8, 0.00002)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bytes int64
+	for _, f := range files {
+		bytes += f.Bytes()
+	}
+	m, a := ph.Metrics, ph.MetricArrays
+	if int64(m["checkpoint_bytes"]) != bytes || m["save_checkpoints"] != iters*nw || m["load_checkpoints"] != iters*nr ||
+		len(a["save_ckpt_seconds"]) != iters*nw || len(a["load_ckpt_seconds"]) != iters*nr {
+		t.Errorf("checkpoint_bytes %v (want %d), save_checkpoints %v, load_checkpoints %v, %d and %d durations; want %d saves and %d loads",
+			m["checkpoint_bytes"], bytes, m["save_checkpoints"], m["load_checkpoints"], len(a["save_ckpt_seconds"]), len(a["load_ckpt_seconds"]), iters*nw, iters*nr)
+	}
+	// A write or read per tensor or chunk: their counts are the layout's,
+	// their bytes the checkpoints'.
+	n := int64(len(files))
+	saves, loads := int64(iters*nw)*n, int64(iters*nr)*n
+	phasestest.CheckOps(t, ph, map[string]phasestest.Want{
+		"save_file": {Ops: saves},
+		"load_file": {Ops: loads},
+		"open":      {Ops: saves + loads},
+		"close":     {Ops: saves + loads},
+		"fsync":     {Ops: saves},
+		"write":     {Ops: ph.OpsByType["write"].Ops, Bytes: iters * nw * bytes},
+		"read":      {Ops: ph.OpsByType["read"].Ops, Bytes: iters * nr * bytes},
+	})
+}

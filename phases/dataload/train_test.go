@@ -247,3 +247,35 @@ func TestTrainReadSampleAllocatesNothing(t *testing.T) {
 		t.Errorf("a sample read allocates %.0f times", allocs)
 	}
 }
+
+// TestTrainWorkerSetsOncePerIteration: each reader times into a set the
+// engine merges once after its iteration's clock (Env.NewSet). Over a
+// warmup and two measured iterations on two ranks, the reads are exactly
+// iterations × epochs × steps × batch × accelerators (as the metrics
+// state them), each of record_size bytes.
+func TestTrainWorkerSetsOncePerIteration(t *testing.T) {
+	const iters = 2
+	res := phasestest.Run(t, registry(), `[plan]
+drop_caches = "none"
+[[phase]]
+kind = "train"
+`+trainTiny+`
+compute_time = "1ms"
+steps = 3
+epochs = 2
+warmup = 1
+iterations = 2
+[phase.expect]
+min_au = 0
+`, phasestest.Ranks(2))
+	ph := res.Phase(t, "train")
+	if ph.Status != report.StatusPassed || len(ph.Iterations) != iters {
+		t.Fatalf("%s, %d iterations: %s\n%s", ph.Status, len(ph.Iterations), ph.Error, res.Stderr)
+	}
+	m := ph.Metrics
+	if m["simulated_accelerators"] != 2 || m["epochs"] != 2 || m["steps_per_epoch"] != 3 || m["batch_size"] != 4 || m["record_size_bytes"] != 4096 {
+		t.Fatalf("metrics %v: want 2 accelerators, 2 epochs of 3 steps of 4 samples of 4KiB", m)
+	}
+	reads := int64(iters * m["epochs"] * m["steps_per_epoch"] * m["batch_size"] * m["simulated_accelerators"])
+	phasestest.CheckOps(t, ph, map[string]phasestest.Want{"read": {Ops: reads, Bytes: reads * 4096}})
+}

@@ -434,3 +434,52 @@ func TestGroup(t *testing.T) {
 		t.Errorf("the end of the run reported a cleanup problem:\n%s", res.Stderr)
 	}
 }
+
+// TestWorkerSetsOncePerIteration: the object kinds leave their worker
+// sets to the engine, which merges each once after its iteration's
+// clock (Env.NewSet): over a warmup and two measured iterations on two
+// ranks, the counts are exactly ranks × iterations × ops per iteration,
+// for the sets each makes in Run (s3_put) and those s3_multipart makes in
+// Setup.
+func TestWorkerSetsOncePerIteration(t *testing.T) {
+	srv := s3test.StartT(t)
+	srv.SetEnv(t)
+	srv.Client(t, "iters") // creates the bucket
+	const ranks, iters, count = 2, 2, 12
+	plan := fmt.Sprintf(`[plan]
+drop_caches = "none"
+%s
+[[phase]]
+kind = "s3_put"
+count = %[2]d
+size = "4KiB"
+workers = 3
+warmup = 1
+iterations = %[3]d
+[[phase]]
+kind = "s3_multipart"
+count = 3
+size = "6MiB"
+part_size = "5MiB"
+part_concurrency = 2
+workers = 2
+warmup = 1
+iterations = %[3]d
+`, srv.PlanLines("iters", "bench"), count, iters)
+	res := phasestest.Run(t, registry(), plan, phasestest.Ranks(ranks))
+	for name, want := range map[string]map[string]phasestest.Want{
+		"s3_put": {"put": {Ops: ranks * iters * count, Bytes: ranks * iters * count * 4096}},
+		"s3_multipart": {
+			"create":   {Ops: ranks * iters * 3},
+			"part":     {Ops: ranks * iters * 3 * 2, Bytes: ranks * iters * 3 * 6 << 20},
+			"complete": {Ops: ranks * iters * 3},
+		},
+	} {
+		ph := res.Phase(t, name)
+		if ph.Status != report.StatusPassed || len(ph.Iterations) != iters {
+			t.Errorf("%s: %s, %d iterations: %s", name, ph.Status, len(ph.Iterations), ph.Error)
+			continue
+		}
+		phasestest.CheckOps(t, ph, want)
+	}
+}
