@@ -13,9 +13,11 @@ import (
 type Want struct{ Ops, Bytes int64 }
 
 // CheckOps fails the test unless ph recorded exactly want of each op type
-// named in it, without errors, and unless the figures derived from the
-// op counts agree with them: the phase's total ops and bytes (over every
-// op type), its per-rank rows and its time series. A worker set
+// named in it, without errors, no op type it never did (a recorder made
+// ahead for an op that did not happen lists an empty one), and unless the
+// figures derived from the op counts agree with them: the phase's total
+// ops and bytes (over every op type), its per-rank rows and its time
+// series. A worker set
 // (Env.NewSet) merged twice, or not at all, in some iteration moves the
 // counts off iterations × ops; a set merged into the wrong iteration's
 // recorders (a warmup's) moves them too.
@@ -28,7 +30,11 @@ func CheckOps(t testing.TB, ph *report.PhaseResult, want map[string]Want) {
 		}
 	}
 	var ops, bytes int64
-	for _, st := range ph.OpsByType {
+	for _, op := range slices.Sorted(maps.Keys(ph.OpsByType)) {
+		st := ph.OpsByType[op]
+		if st.Ops == 0 {
+			t.Errorf("%s: op %s listed with no ops", ph.Name, op)
+		}
 		ops, bytes = ops+st.Ops, bytes+st.Bytes
 	}
 	if ph.Ops != ops || ph.Bytes != bytes {
