@@ -25,20 +25,7 @@ func TestSDKAllocations(t *testing.T) {
 			cfg := p.Config().(interface{ base() *BaseConfig }).base()
 			cfg.Count, cfg.Size, cfg.Workers = 4, 4096, 1
 			cfg.StorageOptions = phases.StorageOptions{Storage: "s3://allocs/a", S3Endpoint: srv.Endpoint}
-			env := phasestest.Env(t, tc.kind)
-			env.RunID = "alloc-" + tc.kind
-			if err := p.Setup(ctx, env); err != nil {
-				t.Fatal(err)
-			}
-			defer func() {
-				if err := p.Teardown(ctx, env); err != nil {
-					t.Error(err)
-				}
-				st := env.State[storeKey(t, env)].(*phases.ObjectStore)
-				if err := st.CloseRun(ctx); err != nil {
-					t.Error(err)
-				}
-			}()
+			env := setUp(t, p, tc.kind, "alloc-"+tc.kind)
 			fn, obj := p.(looper).loop()
 			rec := env.Recorder(tc.op)
 			c, key, buf := obj.st.Client, obj.keys[0], obj.bufs[0]
@@ -71,6 +58,27 @@ func TestSDKAllocations(t *testing.T) {
 	}
 }
 
+// setUp runs p's Setup in an Env of its own (run id runID) and, at the
+// test's end, its Teardown and the close of the run's store.
+func setUp(t *testing.T, p phases.Phase, kind, runID string) *phases.Env {
+	t.Helper()
+	ctx := context.Background()
+	env := phasestest.Env(t, kind)
+	env.RunID = runID
+	if err := p.Setup(ctx, env); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := p.Teardown(ctx, env); err != nil {
+			t.Error(err)
+		}
+		if err := env.State[storeKey(t, env)].(*phases.ObjectStore).CloseRun(ctx); err != nil {
+			t.Error(err)
+		}
+	})
+	return env
+}
+
 // storeKey finds the one store an Env's state holds.
 func storeKey(t *testing.T, env *phases.Env) string {
 	for k, v := range env.State {
@@ -98,19 +106,7 @@ func TestRunTimesIntoSetupRecorders(t *testing.T) {
 			cfg := p.Config().(interface{ base() *BaseConfig }).base()
 			cfg.Count, cfg.Size, cfg.Workers = 6, 1024, 2
 			cfg.StorageOptions = phases.StorageOptions{Storage: "s3://setuprecs/" + tc.kind, S3Endpoint: srv.Endpoint}
-			env := phasestest.Env(t, tc.kind)
-			env.RunID = "recs-" + tc.kind
-			if err := p.Setup(ctx, env); err != nil {
-				t.Fatal(err)
-			}
-			defer func() {
-				if err := p.Teardown(ctx, env); err != nil {
-					t.Error(err)
-				}
-				if err := env.State[storeKey(t, env)].(*phases.ObjectStore).CloseRun(ctx); err != nil {
-					t.Error(err)
-				}
-			}()
+			env := setUp(t, p, tc.kind, "recs-"+tc.kind)
 			recs := p.(interface{ objs() *objects }).objs().recs
 			if len(recs) != cfg.Workers {
 				t.Fatalf("Setup made %d recorders for %d workers", len(recs), cfg.Workers)
@@ -138,19 +134,7 @@ func TestRunTimesIntoSetupRecorders(t *testing.T) {
 		if err := p.cfg.Validate(); err != nil {
 			t.Fatal(err)
 		}
-		env := phasestest.Env(t, "s3_multipart")
-		env.RunID = "recs-mp"
-		if err := p.Setup(ctx, env); err != nil {
-			t.Fatal(err)
-		}
-		defer func() {
-			if err := p.Teardown(ctx, env); err != nil {
-				t.Error(err)
-			}
-			if err := env.State[storeKey(t, env)].(*phases.ObjectStore).CloseRun(ctx); err != nil {
-				t.Error(err)
-			}
-		}()
+		env := setUp(t, p, "s3_multipart", "recs-mp")
 		sets := p.sets
 		if err := p.Run(ctx, env); err != nil {
 			t.Fatal(err)
