@@ -76,5 +76,11 @@
 // barrier wait is over before anything is timed. Before the aligned start
 // every rank returns its free heap to the OS (quiesceHeap), so the
 // runtime's scavenger does not madvise Setup's garbage away during the Run.
+// "Everything" includes the recorders (Env.Recorder, Env.NewSet and their
+// Op): a recorder's creation clears its ~270 KiB histogram, ~115 µs,
+// which a Run would time. A Run leaves its worker sets to the engine,
+// which merges them once the clock has stopped (Env.NewSet), and a buffer
+// it reads into is prefaulted in Setup (io.Prefault): a fresh one's pages
+// are faulted in by its first timed read.
 // Phases never print; they return errors that name the phase, rank and path.
 package phases

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/prism-hpc/prism/internal/rangelist"
 )
 
 // SummaryOptions shape the text summary.
@@ -65,7 +67,7 @@ func WriteSummaryWith(w io.Writer, m *Manifest, o SummaryOptions) error {
 	// Every host's filesystem, when there are several hosts or they differ.
 	if len(m.Hosts) > 1 {
 		for _, h := range m.Hosts {
-			line(fmt.Sprintf("  host %s ranks %s: %s %s on %s (fs id %s)", h.Hostname, rankList(h.Ranks), h.FSType, h.MountSource, h.MountPoint, h.FSID))
+			line(fmt.Sprintf("  host %s ranks %s: %s %s on %s (fs id %s)", h.Hostname, rangelist.Format(h.Ranks), h.FSType, h.MountSource, h.MountPoint, h.FSID))
 		}
 	}
 	fmt.Fprintln(w)
@@ -381,27 +383,6 @@ func writeHosts(w io.Writer, m *Manifest, width int, count func(int64) string, r
 	t.shrink(1, 12)
 	t.fit(width, "max", "first")
 	return t.write(w)
-}
-
-// rankList prints ranks as ranges: "0-3,8".
-func rankList(r []int) string {
-	var b strings.Builder
-	for i := 0; i < len(r); {
-		j := i
-		for j+1 < len(r) && r[j+1] == r[j]+1 {
-			j++
-		}
-		if b.Len() > 0 {
-			b.WriteByte(',')
-		}
-		if j > i {
-			fmt.Fprintf(&b, "%d-%d", r[i], r[j])
-		} else {
-			fmt.Fprintf(&b, "%d", r[i])
-		}
-		i = j + 1
-	}
-	return b.String()
 }
 
 // flagsOf returns the manifest's flags, computing them for a manifest

@@ -192,3 +192,23 @@ func TestFormatRounding(t *testing.T) {
 		}
 	}
 }
+
+// TestSummaryHostRanks: with several hosts, each host's line names its
+// ranks as ranges (rangelist, the cpulist format).
+func TestSummaryHostRanks(t *testing.T) {
+	m := synthManifest(1, 1)
+	m.Hosts = []HostFS{
+		{Hostname: "a", Ranks: []int{0, 1, 2, 3, 8}, FSType: "lustre", MountSource: "mds:/fs", MountPoint: "/scratch", FSID: "1"},
+		{Hostname: "b", Ranks: []int{4, 5, 6, 7}, FSType: "lustre", MountSource: "mds:/fs", MountPoint: "/scratch", FSID: "1"},
+		{Hostname: "c", Ranks: []int{9}, FSType: "lustre", MountSource: "mds:/fs", MountPoint: "/scratch", FSID: "1"},
+	}
+	var b bytes.Buffer
+	if err := WriteSummary(&b, m); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"  host a ranks 0-3,8: lustre", "  host b ranks 4-7: lustre", "  host c ranks 9: lustre"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("summary lacks %q:\n%s", want, b.String())
+		}
+	}
+}

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/prism-hpc/prism/internal/rangelist"
 )
 
 // CPUBlocks splits cpus into n disjoint blocks of consecutive entries, one
@@ -33,26 +35,8 @@ func CPUBlocks(cpus []int, n int) [][]int {
 }
 
 // CPUList formats CPU numbers as the kernel's cpulist does ("0-3,8,10-11"),
-// for ascending, distinct cpus.
-func CPUList(cpus []int) string {
-	var b strings.Builder
-	for i := 0; i < len(cpus); {
-		j := i
-		for j+1 < len(cpus) && cpus[j+1] == cpus[j]+1 {
-			j++
-		}
-		if b.Len() > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(strconv.Itoa(cpus[i]))
-		if j > i {
-			b.WriteByte('-')
-			b.WriteString(strconv.Itoa(cpus[j]))
-		}
-		i = j + 1
-	}
-	return b.String()
-}
+// for ascending, distinct cpus; ParseCPUList reads it back.
+func CPUList(cpus []int) string { return rangelist.Format(cpus) }
 
 // ParseCPUList parses a cpulist as CPUList writes it and the kernel prints
 // it (/sys/devices/system/cpu/online): ascending CPU numbers.

@@ -1,6 +1,7 @@
 package checkpoint
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -146,5 +147,111 @@ time_between_checkpoints = "0s"
 	}
 	if left, _ := filepath.Glob(filepath.Join(res.Workdir, "prism-*")); len(left) != 0 {
 		t.Errorf("without [plan] keep the run directory stays: %v", left)
+	}
+}
+
+// TestMLPerfWorkerSetsOncePerIteration: each simulated process times into
+// a set the engine merges once after its iteration's clock (Env.NewSet),
+// whose recorders Setup made for exactly the ops Run does. Over a warmup
+// and two measured iterations on two ranks, every file op is counted
+// iterations × checkpoints × files, the bytes are the checkpoints' bytes,
+// no op type is listed that did not happen (saves only, loads only), and
+// the counts agree with the metrics, which come from the durations
+// (save_checkpoints, the per-checkpoint arrays).
+func TestMLPerfWorkerSetsOncePerIteration(t *testing.T) {
+	const iters = 2
+	files, err := ckpt.MLPerfModels["llama3-8b"].Files(8, 0.00002)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bytes int64
+	for _, f := range files {
+		bytes += f.Bytes()
+	}
+	n := int64(len(files))
+	for _, tc := range []struct{ nw, nr int64 }{{2, 1}, {0, 2}, {1, 0}} {
+		name := fmt.Sprintf("%d saves %d loads", tc.nw, tc.nr)
+		plan := fmt.Sprintf(`[plan]
+drop_caches = "none"
+[[phase]]
+kind = "mlperf_checkpoint"
+scale = 0.00002
+num_checkpoints_write = %d
+num_checkpoints_read = %d
+time_between_checkpoints = "0s"
+warmup = 1
+iterations = %d
+`, tc.nw, tc.nr, iters)
+		res := phasestest.Run(t, registry(), plan, phasestest.Ranks(2))
+		ph := res.Phase(t, "mlperf_checkpoint")
+		if ph.Status != report.StatusPassed || len(ph.Iterations) != iters {
+			t.Fatalf("%s: %s, %d iterations: %s", name, ph.Status, len(ph.Iterations), ph.Error)
+		}
+		m, a := ph.Metrics, ph.MetricArrays
+		if int64(m["checkpoint_bytes"]) != bytes || m["save_checkpoints"] != float64(iters*tc.nw) || m["load_checkpoints"] != float64(iters*tc.nr) ||
+			int64(len(a["save_ckpt_seconds"])) != iters*tc.nw || int64(len(a["load_ckpt_seconds"])) != iters*tc.nr {
+			t.Errorf("%s: checkpoint_bytes %v (want %d), save_checkpoints %v, load_checkpoints %v, %d and %d durations; want %d saves and %d loads",
+				name, m["checkpoint_bytes"], bytes, m["save_checkpoints"], m["load_checkpoints"], len(a["save_ckpt_seconds"]), len(a["load_ckpt_seconds"]), iters*tc.nw, iters*tc.nr)
+		}
+		// A write or read per tensor or chunk: their counts are the
+		// layout's, their bytes the checkpoints'.
+		saves, loads := iters*tc.nw*n, iters*tc.nr*n
+		want := map[string]phasestest.Want{"open": {Ops: saves + loads}, "close": {Ops: saves + loads}}
+		if saves > 0 {
+			want["save_file"] = phasestest.Want{Ops: saves}
+			want["fsync"] = phasestest.Want{Ops: saves}
+			want["write"] = phasestest.Want{Ops: ph.OpsByType["write"].Ops, Bytes: iters * tc.nw * bytes}
+		}
+		if loads > 0 {
+			want["load_file"] = phasestest.Want{Ops: loads}
+			want["read"] = phasestest.Want{Ops: ph.OpsByType["read"].Ops, Bytes: iters * tc.nr * bytes}
+		}
+		phasestest.CheckOps(t, ph, want)
+	}
+}
+
+// TestMLPerfRunMakesNoRecorder: Setup makes every recorder the Run times
+// into (a recorder's creation is ~115 µs of clearing its histogram, which
+// the first checkpoint's duration would hold), and Run merges none into
+// the rank's set: the engine does, after the clock (Env.NewSet).
+func TestMLPerfRunMakesNoRecorder(t *testing.T) {
+	for _, tc := range []struct{ nw, nr int }{{2, 1}, {0, 2}, {1, 0}} {
+		p := &mlperfCheckpoint{cfg: defaultMLPerfConfig()}
+		p.cfg.Scale, p.cfg.NumWrite, p.cfg.NumRead, p.cfg.TimeBetween = 0.00002, tc.nw, tc.nr, 0
+		if err := p.cfg.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		env := phasestest.Env(t, "mlperf_checkpoint")
+		ctx := context.Background()
+		if err := p.Setup(ctx, env); err != nil {
+			t.Fatal(err)
+		}
+		made := map[*mlpProc][19]*report.Recorder{}
+		for _, pr := range p.procs {
+			made[pr] = pr.recs.all()
+		}
+		if err := p.Run(ctx, env); err != nil {
+			t.Fatal(err)
+		}
+		var saves int64
+		for pr, recs := range made {
+			if pr.recs.all() != recs {
+				t.Errorf("%d saves %d loads: process %d: Run made a recorder Setup had not", tc.nw, tc.nr, pr.id)
+			}
+			if pr.recs.saveFile != nil {
+				saves += pr.recs.saveFile.Ops
+			}
+		}
+		if want := int64(tc.nw) * 16; saves != want {
+			t.Errorf("%d saves %d loads: Setup's recorders hold %d saved files, want %d", tc.nw, tc.nr, saves, want)
+		}
+		for _, op := range []string{"save_file", "load_file", "write", "read"} {
+			if n := env.Recorder(op).Ops; n != 0 {
+				t.Errorf("%d saves %d loads: Run merged %d ops %s into the rank's set inside the timed span", tc.nw, tc.nr, n, op)
+			}
+		}
+		if err := p.Teardown(ctx, env); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

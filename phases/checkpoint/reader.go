@@ -696,22 +696,44 @@ func (r *reader) evict(env *phases.Env) error {
 	return nil
 }
 
-func (r *reader) run(ctx context.Context, env *phases.Env, kind string) (err error) {
+// wholeOp is the op timing a whole file of a load of kind (load_file) or
+// a whole consolidation (rl: load_state).
+func wholeOp(kind string) string {
+	if kind == "rl" {
+		return "load_state"
+	}
+	return "load_file"
+}
+
+// makeRecs makes the recorders a load of kind times, those it has not
+// made yet (ioRecs: only the ops the load does, none when it reads
+// nothing): the rank's when r has no recorders of its own. run calls it
+// before its loop; a phase may call it earlier, in Setup, so that Run
+// does not create them (a recorder's creation clears its ~270 KiB
+// histogram, ~115 µs).
+func (r *reader) makeRecs(env *phases.Env, kind string) {
 	if r.recs == nil {
 		rs := newIORecs(env.Recorder)
 		r.recs = &rs
 	}
+	switch {
+	case len(r.ops) == 0:
+	case r.obj != nil:
+		r.recs.forObjectRead(wholeOp(kind))
+	default:
+		r.recs.forRead(wholeOp(kind), r.seeks, r.mode == modeMmap)
+	}
+}
+
+func (r *reader) run(ctx context.Context, env *phases.Env, kind string) (err error) {
+	r.makeRecs(env, kind)
 	if len(r.ops) == 0 {
 		return nil
 	}
-	whole := "load_file"
-	if kind == "rl" {
-		whole = "load_state"
-	}
+	whole := wholeOp(kind)
 	if r.obj != nil {
 		return r.runObjects(ctx, env, kind, whole)
 	}
-	r.recs.forRead(whole, r.seeks, r.mode == modeMmap)
 	if r.pin != nil {
 		r.recs.under(r.pin.Path())
 	}
@@ -972,7 +994,6 @@ func (r *reader) closeAll() {
 // time each call, GETs it triggered included; load_file (load_state) the
 // whole object (state).
 func (r *reader) runObjects(ctx context.Context, env *phases.Env, kind, whole string) error {
-	r.recs.forObjectRead(whole)
 	o := r.obj
 	r.recs.under("s3://" + o.st.URI.Bucket + "/" + o.prefix)
 	recHead, recGet, recRead, recHdr := r.recs.head, r.recs.getOp, r.recs.read, r.recs.readHeader

@@ -181,12 +181,18 @@ func newIORecs(op func(string) *report.Recorder) ioRecs { return ioRecs{op: op} 
 // (Recorder.Under), once per file or run, so a stall report names the file
 // whole.
 func (r *ioRecs) under(dir string) {
-	for _, p := range [...]*report.Recorder{r.open, r.write, r.header, r.seek, r.fsync, r.close, r.rename, r.saveFile,
-		r.read, r.readHeader, r.mmap, r.loadFile, r.loadState, r.put, r.create, r.part, r.complete, r.head, r.getOp} {
+	for _, p := range r.all() {
 		if p != nil {
 			p.Under(dir)
 		}
 	}
+}
+
+// all is every recorder, nil for those not made (an array: under runs
+// once per file, and must not allocate).
+func (r *ioRecs) all() [19]*report.Recorder {
+	return [...]*report.Recorder{r.open, r.write, r.header, r.seek, r.fsync, r.close, r.rename, r.saveFile,
+		r.read, r.readHeader, r.mmap, r.loadFile, r.loadState, r.put, r.create, r.part, r.complete, r.head, r.getOp}
 }
 
 func (r *ioRecs) get(p **report.Recorder, name string) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prism-hpc/prism/phases"
 	"github.com/prism-hpc/prism/phases/phasestest"
@@ -235,8 +236,7 @@ func TestTrainReadSampleAllocatesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := p.accels[0].readers[0]
-	r.set = report.NewSet()
-	r.rec = r.set.Op("read")
+	r.rec = report.NewSet().Op("read")
 	s := int64(0)
 	allocs := testing.AllocsPerRun(20, func() {
 		if err := p.readSample(r, s%p.samples); err != nil {
@@ -246,5 +246,81 @@ func TestTrainReadSampleAllocatesNothing(t *testing.T) {
 	})
 	if allocs != 0 {
 		t.Errorf("a sample read allocates %.0f times", allocs)
+	}
+}
+
+// TestTrainWorkerSetsOncePerIteration: each reader times into a set the
+// engine merges once after its iteration's clock (Env.NewSet). Over a
+// warmup and two measured iterations on two ranks, the reads are exactly
+// iterations × epochs × steps × batch × accelerators (as the metrics
+// state them), each of record_size bytes.
+func TestTrainWorkerSetsOncePerIteration(t *testing.T) {
+	const iters = 2
+	res := phasestest.Run(t, registry(), `[plan]
+drop_caches = "none"
+[[phase]]
+kind = "train"
+`+trainTiny+`
+compute_time = "1ms"
+steps = 3
+epochs = 2
+warmup = 1
+iterations = 2
+[phase.expect]
+min_au = 0
+`, phasestest.Ranks(2))
+	ph := res.Phase(t, "train")
+	if ph.Status != report.StatusPassed || len(ph.Iterations) != iters {
+		t.Fatalf("%s, %d iterations: %s\n%s", ph.Status, len(ph.Iterations), ph.Error, res.Stderr)
+	}
+	m := ph.Metrics
+	if m["simulated_accelerators"] != 2 || m["epochs"] != 2 || m["steps_per_epoch"] != 3 || m["batch_size"] != 4 || m["record_size_bytes"] != 4096 {
+		t.Fatalf("metrics %v: want 2 accelerators, 2 epochs of 3 steps of 4 samples of 4KiB", m)
+	}
+	reads := int64(iters * m["epochs"] * m["steps_per_epoch"] * m["batch_size"] * m["simulated_accelerators"])
+	phasestest.CheckOps(t, ph, map[string]phasestest.Want{"read": {Ops: reads, Bytes: reads * 4096}})
+}
+
+// TestTrainRunTimesIntoSetupRecorders: Run times every read into the
+// readers' recorders Setup made (a recorder's creation is ~115 µs of
+// clearing its histogram) and merges none into the rank's set: the
+// engine does, after the clock (Env.NewSet).
+func TestTrainRunTimesIntoSetupRecorders(t *testing.T) {
+	env := phasestest.EnvIn(t, "train", t.TempDir())
+	p := &train{cfg: defaultTrainConfig()}
+	ct := phases.Duration(time.Millisecond)
+	p.cfg.RecordSize, p.cfg.SamplesPer, p.cfg.NumFiles, p.cfg.BatchSize, p.cfg.ReadThreads = 4096, 3, 8, 2, 2
+	p.cfg.ComputeTime, p.cfg.Steps, p.cfg.Epochs = &ct, 3, 2
+	ctx := context.Background()
+	if err := p.Setup(ctx, env); err != nil {
+		t.Fatal(err)
+	}
+	made := map[*trainReader]*report.Recorder{}
+	for _, acc := range p.accels {
+		for _, r := range acc.readers {
+			if r.rec == nil {
+				t.Fatal("Setup made no recorder for a reader")
+			}
+			made[r] = r.rec
+		}
+	}
+	if err := p.Run(ctx, env); err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for r, rec := range made {
+		if r.rec != rec {
+			t.Error("Run replaced a reader's recorder Setup made")
+		}
+		n += rec.Ops
+	}
+	if want := int64(2 * 3 * 2); n != want {
+		t.Errorf("Setup's recorders hold %d reads, want %d (2 epochs of 3 steps of 2)", n, want)
+	}
+	if m := env.Recorder("read").Ops; m != 0 {
+		t.Errorf("Run merged %d reads into the rank's set inside the timed span", m)
+	}
+	if err := p.Teardown(ctx, env); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -83,7 +83,7 @@ func (p *putPhase) Memory(int) (int64, string) {
 	return p.cfg.memory(int64(p.cfg.Size), 1), "count, size or workers"
 }
 func (p *putPhase) Setup(ctx context.Context, env *phases.Env) error {
-	if err := p.obj.prepare(ctx, env, &p.cfg); err != nil {
+	if err := p.obj.prepare(ctx, env, &p.cfg, "put"); err != nil {
 		return err
 	}
 	p.fn = p.obj.put
@@ -91,7 +91,7 @@ func (p *putPhase) Setup(ctx context.Context, env *phases.Env) error {
 }
 
 func (p *putPhase) Run(ctx context.Context, env *phases.Env) error {
-	return p.obj.each(ctx, env, len(p.obj.keys), "put", p.fn)
+	return p.obj.each(ctx, env, len(p.obj.keys), p.fn)
 }
 
 // ---- s3_get
@@ -139,7 +139,7 @@ func (p *getPhase) Memory(int) (int64, string) {
 	return p.cfg.memory(int64(p.cfg.Size), 1), "count, size or workers"
 }
 func (p *getPhase) Setup(ctx context.Context, env *phases.Env) error {
-	if err := p.obj.prepare(ctx, env, &p.cfg.BaseConfig); err != nil {
+	if err := p.obj.prepare(ctx, env, &p.cfg.BaseConfig, "get"); err != nil {
 		return err
 	}
 	if err := p.obj.populate(ctx, env); err != nil {
@@ -173,7 +173,7 @@ func (p *getPhase) Setup(ctx context.Context, env *phases.Env) error {
 }
 
 func (p *getPhase) Run(ctx context.Context, env *phases.Env) error {
-	return p.obj.each(ctx, env, int(p.ExpectedOps()), "get", p.fn)
+	return p.obj.each(ctx, env, int(p.ExpectedOps()), p.fn)
 }
 
 // ---- s3_stat
@@ -190,7 +190,7 @@ func (p *statPhase) Memory(int) (int64, string) {
 	return p.cfg.memory(int64(p.cfg.Size), 1), "count, size or workers"
 }
 func (p *statPhase) Setup(ctx context.Context, env *phases.Env) error {
-	if err := p.obj.prepare(ctx, env, &p.cfg); err != nil {
+	if err := p.obj.prepare(ctx, env, &p.cfg, "head"); err != nil {
 		return err
 	}
 	if err := p.obj.populate(ctx, env); err != nil {
@@ -210,7 +210,7 @@ func (p *statPhase) Setup(ctx context.Context, env *phases.Env) error {
 }
 
 func (p *statPhase) Run(ctx context.Context, env *phases.Env) error {
-	return p.obj.each(ctx, env, len(p.obj.keys), "head", p.fn)
+	return p.obj.each(ctx, env, len(p.obj.keys), p.fn)
 }
 
 // ---- s3_list
@@ -245,7 +245,7 @@ func (p *listPhase) Memory(int) (int64, string) {
 	return p.cfg.memory(p.cfg.bufSize(), 1) + int64(p.cfg.Workers*p.cfg.PageSize)*256, "count, size (max_size), workers or page_size"
 }
 func (p *listPhase) Setup(ctx context.Context, env *phases.Env) error {
-	if err := p.obj.prepare(ctx, env, &p.cfg.BaseConfig); err != nil {
+	if err := p.obj.prepare(ctx, env, &p.cfg.BaseConfig, "list"); err != nil {
 		return err
 	}
 	if err := p.obj.populate(ctx, env); err != nil {
@@ -280,7 +280,7 @@ func (p *listPhase) Setup(ctx context.Context, env *phases.Env) error {
 }
 
 func (p *listPhase) Run(ctx context.Context, env *phases.Env) error {
-	return p.obj.each(ctx, env, len(p.obj.prefixes), "list", p.fn)
+	return p.obj.each(ctx, env, len(p.obj.prefixes), p.fn)
 }
 
 // ---- s3_delete
@@ -314,7 +314,7 @@ func (p *deletePhase) Memory(int) (int64, string) {
 	return p.cfg.memory(int64(p.cfg.Size), 1), "count, size or workers"
 }
 func (p *deletePhase) Setup(ctx context.Context, env *phases.Env) error {
-	if err := p.obj.prepare(ctx, env, &p.cfg.BaseConfig); err != nil {
+	if err := p.obj.prepare(ctx, env, &p.cfg.BaseConfig, "delete"); err != nil {
 		return err
 	}
 	if err := p.obj.populate(ctx, env); err != nil {
@@ -345,7 +345,7 @@ func (p *deletePhase) Setup(ctx context.Context, env *phases.Env) error {
 }
 
 func (p *deletePhase) Run(ctx context.Context, env *phases.Env) error {
-	return p.obj.each(ctx, env, int(p.ExpectedOps()), "delete", p.fn)
+	return p.obj.each(ctx, env, int(p.ExpectedOps()), p.fn)
 }
 
 // Verify records the storage and checks the objects are gone: a delete
@@ -407,7 +407,7 @@ func (p *multipartPhase) Memory(int) (int64, string) {
 	return p.cfg.memory(p.cfg.bufSize(), 2) + int64(p.cfg.Workers*p.cfg.PartConcurrency)*report.RecorderBytes, "count, size, workers or part_concurrency"
 }
 func (p *multipartPhase) Setup(ctx context.Context, env *phases.Env) error {
-	if err := p.obj.prepare(ctx, env, &p.cfg.BaseConfig); err != nil {
+	if err := p.obj.prepare(ctx, env, &p.cfg.BaseConfig, ""); err != nil {
 		return err
 	}
 	c, keys, bufs := p.obj.st.Client, p.obj.keys, p.obj.bufs
@@ -443,18 +443,15 @@ func (p *multipartPhase) Setup(ctx context.Context, env *phases.Env) error {
 
 // Run uploads the objects, one per worker at a time. The requests are
 // timed by the callbacks Setup built into the per-worker sets (create,
-// complete, and part per part worker), merged into the rank's at the end.
+// complete, and part per part worker), made by env.NewSet in this
+// iteration's Setup: the engine merges them into the rank's after the
+// clock has stopped, not here inside the timed span.
 func (p *multipartPhase) Run(ctx context.Context, env *phases.Env) error {
 	recs := make([]*report.Recorder, len(p.obj.bufs))
 	for w := range recs {
 		recs[w] = p.sets[w][0].Op("create")
 	}
 	err := spread(ctx, env, len(p.obj.keys), recs, p.fn)
-	for _, ss := range p.sets {
-		for _, s := range ss {
-			env.Merge(s)
-		}
-	}
-	p.sets = nil
+	p.sets = nil // the next iteration's Setup makes fresh ones
 	return err
 }

@@ -98,10 +98,13 @@ type objects struct {
 	prefixes []string // full key prefixes, "…/d<j>/"
 	per      int      // objects per prefix
 	bufs     [][]byte
+	recs     []*report.Recorder // per worker, of the op Run times (each)
 }
 
-// prepare opens the store and prepares keys, sizes and buffers.
-func (o *objects) prepare(ctx context.Context, env *phases.Env, c *BaseConfig) error {
+// prepare opens the store and prepares keys, sizes and buffers, and each
+// worker's recorder of op, the op the phase's Run times ("" for a phase
+// that makes its own: s3_multipart).
+func (o *objects) prepare(ctx context.Context, env *phases.Env, c *BaseConfig, op string) error {
 	bufSize := c.bufSize()
 	st, err := phases.OpenObjectStore(ctx, env, c.StorageOptions.Over(env.Storage))
 	if err != nil {
@@ -149,6 +152,17 @@ func (o *objects) prepare(ctx context.Context, env *phases.Env, c *BaseConfig) e
 			o.bufs[w] = b
 		}
 	}
+	// Here in Setup, not in Run: creating a recorder clears its ~270 KiB
+	// histogram, ~115 µs each (docs/PERFORMANCE.md), which Run would time.
+	// Each worker's is in a set of its own (env.NewSet), fresh each
+	// iteration, which the engine merges after the clock has stopped.
+	o.recs = nil
+	if op != "" {
+		o.recs = make([]*report.Recorder, len(o.bufs))
+		for w := range o.recs {
+			o.recs[w] = env.NewSet().Op(op)
+		}
+	}
 	return nil
 }
 
@@ -157,22 +171,17 @@ func (o *objects) prepare(ctx context.Context, env *phases.Env, c *BaseConfig) e
 type work func(ctx context.Context, w, item int, rec *report.Recorder) error
 
 // each runs n items over the rank's workers, worker w taking items w,
-// w+W, …, and calls fn(w, item, rec) with the worker's recorder of op
-// (its own report.Set, merged into the rank's when it is done). The first
-// failure cancels the other workers and is returned. fn is built once per
-// phase, so the loop around a request adds no allocation per item.
-func (o *objects) each(ctx context.Context, env *phases.Env, n int, op string, fn work) error {
-	sets := make([]*report.Set, len(o.bufs))
-	recs := make([]*report.Recorder, len(o.bufs))
-	for w := range sets {
-		sets[w] = env.NewSet()
-		recs[w] = sets[w].Op(op)
-	}
-	err := spread(ctx, env, n, recs, fn)
-	for _, s := range sets {
-		env.Merge(s)
-	}
-	return err
+// w+W, …, and calls fn(w, item, rec) with the worker's recorder that
+// prepare made in Setup (its own report.Set from env.NewSet, which the
+// engine merges into the rank's once the iteration's clock has stopped:
+// merging here would create the rank's recorder inside the timed span).
+// The first failure cancels the other workers and is returned. fn is
+// built once per phase, so the loop around a request adds no allocation
+// per item.
+func (o *objects) each(ctx context.Context, env *phases.Env, n int, fn work) error {
+	recs := o.recs
+	o.recs = nil // the next iteration's Setup makes fresh ones
+	return spread(ctx, env, n, recs, fn)
 }
 
 // eachUntimed is each for Setup and Teardown: the stall watchdog sees the
