@@ -108,6 +108,24 @@ func okRanks(out string) map[int]bool {
 	return got
 }
 
+// wantEveryRankOK is the parent side of a test whose every rank prints
+// "ok rank N" when its checks pass: mpirun must exit 0 in time, and every
+// rank must have said so.
+func wantEveryRankOK(t *testing.T) {
+	t.Helper()
+	res := runUnderMPI(t, mpiTestRanks, 120*time.Second)
+	t.Logf("mpirun exit %d after %v\n%s", res.exitCode, res.elapsed.Round(time.Millisecond), res.out)
+	if res.exitCode != 0 || res.timedOut {
+		t.Fatalf("mpirun failed (exit %d, timed out %v)", res.exitCode, res.timedOut)
+	}
+	got := okRanks(res.out)
+	for i := 0; i < mpiTestRanks; i++ {
+		if !got[i] {
+			t.Errorf("rank %d did not report ok", i)
+		}
+	}
+}
+
 // rankT is a child's handle for asserting: any failure aborts the job.
 type rankT struct {
 	c    *MPI
@@ -534,17 +552,7 @@ func TestMPIAvailable(t *testing.T) {
 // left running.
 func TestMPIAlert(t *testing.T) {
 	if !mpiChild(t) {
-		res := runUnderMPI(t, mpiTestRanks, 120*time.Second)
-		t.Logf("mpirun exit %d after %v\n%s", res.exitCode, res.elapsed.Round(time.Millisecond), res.out)
-		if res.exitCode != 0 || res.timedOut {
-			t.Fatalf("mpirun failed (exit %d, timed out %v)", res.exitCode, res.timedOut)
-		}
-		got := okRanks(res.out)
-		for i := 0; i < mpiTestRanks; i++ {
-			if !got[i] {
-				t.Errorf("rank %d did not report ok", i)
-			}
-		}
+		wantEveryRankOK(t)
 		return
 	}
 	mpiAlertChild(t)
@@ -685,17 +693,7 @@ func mpiAlertChild(t *testing.T) {
 // report of another tag is left out.
 func TestMPIReport(t *testing.T) {
 	if !mpiChild(t) {
-		res := runUnderMPI(t, mpiTestRanks, 120*time.Second)
-		t.Logf("mpirun exit %d after %v\n%s", res.exitCode, res.elapsed.Round(time.Millisecond), res.out)
-		if res.exitCode != 0 || res.timedOut {
-			t.Fatalf("mpirun failed (exit %d, timed out %v)", res.exitCode, res.timedOut)
-		}
-		got := okRanks(res.out)
-		for i := 0; i < mpiTestRanks; i++ {
-			if !got[i] {
-				t.Errorf("rank %d did not report ok", i)
-			}
-		}
+		wantEveryRankOK(t)
 		return
 	}
 	r, wd := startRank(t)
