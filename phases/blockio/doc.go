@@ -9,7 +9,9 @@
 // io_uring_enter, as fio's io_uring engine does, so a completion costs no
 // thread wake-up; where the kernel refuses a ring the phase falls back to
 // psync and records why. ioengine = "auto" (the default) also runs psync
-// where uring.Punts says the kernel would hand every request of the job
+// for buffered I/O at iodepth 1 and buffered reads at any depth, page-cache
+// copies where the ring's own cost per request is the larger
+// (pageCacheChoice), and where uring.Punts says the kernel would hand every request of the job
 // to an io-wq worker thread (tmpfs, buffered writes on ext4), which costs
 // each request the wake-up the ring exists to avoid; an explicit
 // "io_uring" keeps the ring there and notes the punt. psync: iodepth goroutines of the job take op

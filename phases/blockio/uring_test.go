@@ -131,7 +131,7 @@ func TestURingFsyncEveryN(t *testing.T) {
 // its runtime and records the engine.
 func TestURingTimeBased(t *testing.T) {
 	skipWithoutURing(t)
-	ph := bioRunPlan(t, fstest.DiskDir(t), "[[phase]]\nkind = \"blockio\"\nrw = \"randread\"\nsize = \"256KiB\"\niodepth = 4\ntime_based = true\nruntime = \"200ms\"\nramp_time = \"50ms\"\n")
+	ph := bioRunPlan(t, fstest.DiskDir(t), "[[phase]]\nkind = \"blockio\"\nrw = \"randread\"\nsize = \"256KiB\"\niodepth = 4\ntime_based = true\nruntime = \"200ms\"\nramp_time = \"50ms\"\nioengine = \"io_uring\"\n")
 	r := ph[0]
 	bioPassed(t, r)
 	issued, ramp := int64(r.Metrics["ops_issued"]), int64(r.Metrics["ramp_ops"])
@@ -162,7 +162,8 @@ func TestURingFallback(t *testing.T) {
 // wait). Buffered reads of a disk file that Setup just wrote hit the page
 // cache and complete inline during the submission, so every pass refills
 // all iodepth slots, and 1024 reads at iodepth 16 take 64 enters plus the
-// drain. A loop that submitted and waited in separate calls, or sent one
+// drain (ioengine = "io_uring": auto would run buffered reads on psync).
+// A loop that submitted and waited in separate calls, or sent one
 // request per call, makes twice as many or more. (tmpfs will not do: its
 // reads go to io-wq workers and complete a few at a time.) Another
 // process's drop_caches between Setup and Run would send the reads to
@@ -173,7 +174,7 @@ func TestURingOneEnterPerBatch(t *testing.T) {
 	dir := fstest.DiskDir(t)
 	var enters int64
 	for try := 0; try < 3; try++ {
-		ph := bioRunPlan(t, dir, "[[phase]]\nkind = \"blockio\"\nrw = \"randread\"\nbs = \"4KiB\"\nsize = \"4MiB\"\niodepth = 16\n")
+		ph := bioRunPlan(t, dir, "[[phase]]\nkind = \"blockio\"\nrw = \"randread\"\nbs = \"4KiB\"\nsize = \"4MiB\"\niodepth = 16\nioengine = \"io_uring\"\n")
 		r := ph[0]
 		bioPassed(t, r)
 		if r.Ops != 1024 {
