@@ -81,6 +81,10 @@
 // which a Run would time. A Run leaves its worker sets to the engine,
 // which merges them once the clock has stopped (Env.NewSet), and a buffer
 // it reads into is prefaulted in Setup (io.Prefault): a fresh one's pages
-// are faulted in by its first timed read.
+// are faulted in by its first timed read. The conformance suite fails a
+// kind whose Run makes or merges a recorder (report.Made). The one kind
+// exempt is fio: the op types it records are the sections of fio's
+// report, known once fio has exited, and its headline rates are fio's
+// own, over fio's runtime, which that ingest is not in.
 // Phases never print; they return errors that name the phase, rank and path.
 package phases

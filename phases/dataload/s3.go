@@ -216,7 +216,7 @@ func (p *md5Check) openS3(ctx context.Context, env *phases.Env, ds *dataset) err
 // (request and body, into the phase's buffer); the file op is the GET and
 // the MD5 of the bytes.
 func (p *md5Check) runS3(ctx context.Context, env *phases.Env) error {
-	fileRec, readRec := env.Recorder("file"), env.Recorder("read")
+	fileRec, readRec := env.Recorder("file"), env.Recorder("read") // made in Setup
 	c := p.s3.st.Client
 	for e, list := range p.lists {
 		for _, idx := range list {

@@ -30,6 +30,9 @@ import (
 //   - a kind that counts its ops (phases.OpCounter) records exactly
 //     ExpectedOps per iteration, as read when its Run starts (which is
 //     when progress reads it), unless that is 0 (not known);
+//   - its Run makes no recorder and merges none: Setup makes them, the
+//     engine merges worker sets after the clock (phases/doc.go, "Timed
+//     loops"; report.Made);
 //   - a Run whose context is cancelled while it runs returns within a
 //     second, and the whole run ends with the phase failed, not hung.
 //
@@ -104,6 +107,16 @@ func checkTags(t *testing.T, typ reflect.Type, prefix string) {
 	}
 }
 
+// runMakesRecorders are the kinds whose Run makes its recorders, and why
+// it cannot leave that to Setup (phases/doc.go, "Timed loops"): every
+// other kind's Run must make none.
+var runMakesRecorders = map[string]string{
+	// Which of read, write, trim and fsync it records is what fio's
+	// report holds, known once fio has exited; its headline rates are
+	// fio's own, over fio's runtime, which the ingest is not in.
+	"fio": "its op types are the sections of fio's report",
+}
+
 // probed returns a registry holding only kind k, whose phases are wrapped
 // so the test sees each step; every optional contract of the phase is
 // forwarded, so the engine treats it as it treats the real one.
@@ -131,6 +144,10 @@ type probe struct {
 	leftovers   []string
 	sawRun      bool
 	wants       []int64 // ExpectedOps as each Run started
+	// made are the recorders each Run created and the recorder merges it
+	// did (report.Made, read around the inner Run): none, by the rule of
+	// phases/doc.go's "Timed loops".
+	made [][2]int64
 }
 
 func (p *probe) Config() any { return p.inner.Config() }
@@ -143,7 +160,11 @@ func (p *probe) Run(ctx context.Context, env *phases.Env) error {
 		p.wants = append(p.wants, p.ExpectedOps())
 	}
 	if p.cancelAfter <= 0 {
-		return p.inner.Run(ctx, env)
+		c0, m0 := report.Made()
+		err := p.inner.Run(ctx, env)
+		c1, m1 := report.Made()
+		p.made = append(p.made, [2]int64{c1 - c0, m1 - m0})
+		return err
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -222,6 +243,21 @@ func conformRun(t *testing.T, k phases.Kind, plan string) {
 	}
 	if len(pr.leftovers) > 0 {
 		t.Errorf("Teardown left %d files it does not declare as Outputs, e.g. %s", len(pr.leftovers), pr.leftovers[0])
+	}
+	for it, m := range pr.made {
+		if why, ok := runMakesRecorders[k.Name]; ok {
+			t.Logf("%s: Run may make recorders: %s", k.Name, why)
+			break
+		}
+		// Setup makes the recorders and the engine merges the worker sets
+		// after the clock (phases/doc.go, "Timed loops"): either inside
+		// the Run is time the phase's wall holds.
+		if m[0] != 0 {
+			t.Errorf("iteration %d: Run made %d recorders Setup had not (make them in Setup: Env.Recorder, Env.NewSet().Op)", it, m[0])
+		}
+		if m[1] != 0 {
+			t.Errorf("iteration %d: Run merged %d recorders inside its timed span (leave worker sets to the engine: Env.NewSet)", it, m[1])
+		}
 	}
 	if _, ok := pr.inner.(phases.OpCounter); ok {
 		// Progress's percentage and ETA: the ops recorded, over the count.

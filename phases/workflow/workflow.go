@@ -165,6 +165,7 @@ func (p *gitClone) Setup(ctx context.Context, env *phases.Env) error {
 		p.clones[i] = fmt.Sprintf("clone%d", i)
 		p.shown[i] = p.pin.shown(p.clones[i])
 	}
+	env.Recorder("clone") // its histogram is allocated here, not in the timed Run
 	return nil
 }
 
@@ -528,6 +529,7 @@ func (p *tarPhase) Setup(ctx context.Context, env *phases.Env) error {
 			return env.Errorf("setup: %w", p.pin.clean(pio.NewOpError("generate tree", p.src, err)))
 		}
 	}
+	env.Recorder("archive") // its histogram is allocated here, not in the timed Run
 	return p.a.prepare(p.cfg.Compression)
 }
 
@@ -1064,6 +1066,7 @@ func (p *untarPhase) Setup(ctx context.Context, env *phases.Env) error {
 		}
 	}
 	p.x.limits = wfLimits{bytes: limit, entries: p.cfg.MaxEntries, depth: p.cfg.MaxDepth}
+	env.Recorder("extract") // its histogram is allocated here, not in the timed Run
 	return p.x.prepare(env.Recorder("extract_file"))
 }
 
