@@ -8,8 +8,9 @@ import (
 	"testing"
 )
 
-// progressPlan sweeps create_files over 1 and 2 ranks, then removes on 2:
-// three phase instances.
+// progressPlan sweeps create_files over 1 and 2 ranks, then removes on 2,
+// then sweeps create_dataset, whose count Setup works out (each rank's
+// share of the files): five phase instances.
 const progressPlan = `[plan]
 drop_caches = "none"
 [[phase]]
@@ -19,6 +20,11 @@ ranks = [1, 2]
 [[phase]]
 kind = "delete_files"
 count = 3000
+[[phase]]
+kind = "create_dataset"
+sizes = ["4KiB"]
+copies = 6
+ranks = [1, 2]
 `
 
 // checkProgress asserts what rank 0 prints on stderr for progressPlan on
@@ -33,18 +39,24 @@ func checkProgress(t *testing.T, r result) {
 		t.Fatalf("exit %d\n%s", r.code, r.stderr)
 	}
 	for _, want := range []string{
-		"[1/3] create_files on 1 rank: 3000 ops per rank (3000 in all), 1 iteration\n",
-		"[2/3] create_files on 2 ranks: 3000 ops per rank (6000 in all), 1 iteration\n",
-		"[3/3] delete_files on 2 ranks: 3000 ops per rank (6000 in all), 1 iteration\n",
-		"[1/3] create_files: done, 3000 ops (100.0% of 3000)",
-		"[2/3] create_files: done, 6000 ops (100.0% of 6000)",
-		"[3/3] delete_files: done, 6000 ops (100.0% of 6000)",
+		"[1/5] create_files on 1 rank: 3000 ops per rank (3000 in all), 1 iteration\n",
+		"[2/5] create_files on 2 ranks: 3000 ops per rank (6000 in all), 1 iteration\n",
+		"[3/5] delete_files on 2 ranks: 3000 ops per rank (6000 in all), 1 iteration\n",
+		"[1/5] create_files: done, 3000 ops (100.0% of 3000)",
+		"[2/5] create_files: done, 6000 ops (100.0% of 6000)",
+		"[3/5] delete_files: done, 6000 ops (100.0% of 6000)",
+		// No count before Setup has shared out the files: not even the
+		// 6 of rank 0 at one rank, which it holds at the second size's start.
+		"[4/5] create_dataset on 1 rank: 1 iteration\n",
+		"[5/5] create_dataset on 2 ranks: 1 iteration\n",
+		"[4/5] create_dataset: done, 6 ops (100.0% of 6)",
+		"[5/5] create_dataset: done, 6 ops (100.0% of 6)",
 	} {
 		if strings.Count(r.stderr, want) != 1 {
 			t.Errorf("stderr has not once %q:\n%s", want, r.stderr)
 		}
 	}
-	pct := regexp.MustCompile(`^(\[\d/3\]) \w+: +([0-9.]+)% (\d+)/(\d+) ops`)
+	pct := regexp.MustCompile(`^(\[\d/5\]) \w+: +([0-9.]+)% (\d+)/(\d+) ops`)
 	last := map[string]float64{}
 	for _, l := range strings.Split(r.stderr, "\n") {
 		m := pct.FindStringSubmatch(l)
@@ -59,7 +71,7 @@ func checkProgress(t *testing.T, r result) {
 		}
 		last[m[1]] = p
 	}
-	if strings.Contains(r.stdout, "[1/3]") || strings.Count(r.stdout, "manifest: ") != 1 {
+	if strings.Contains(r.stdout, "[1/5]") || strings.Count(r.stdout, "manifest: ") != 1 {
 		t.Errorf("stdout is not the summary alone:\n%s", r.stdout)
 	}
 }
@@ -85,7 +97,7 @@ func TestProgressFlag(t *testing.T) {
 	dir := t.TempDir()
 	plan := writePlan(t, dir, progressPlan)
 	r := prism(t, dir, "run", "-n", "2", "--progress", "none", "--results", filepath.Join(dir, "res"), plan)
-	if r.code != 0 || strings.Contains(r.stderr, "/3]") {
+	if r.code != 0 || strings.Contains(r.stderr, "/5]") {
 		t.Errorf("--progress none: exit %d, stderr:\n%s", r.code, r.stderr)
 	}
 	for _, args := range [][]string{{"--progress", "bar"}, {"--progress-interval", "-1s"}, {"--progress-interval", "1ns"}} {

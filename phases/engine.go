@@ -956,8 +956,8 @@ func (e *engine) runPhase(ctx context.Context, c spmd.Comm, s *Spec, sweep bool)
 		Index: s.Index, Name: s.Name, Kind: s.Kind, Ranks: c.Size(), StartedAt: e.o.Now(),
 		WarmupIterations: s.Warmup, Expect: []report.Verdict{}, Params: paramMap(s),
 	}
-	if env.Rank == 0 {
-		e.printStart(env)
+	if ops := s.plannedOps(); env.Rank == 0 {
+		e.printStart(env, ops)
 	}
 	cache, cacheErr := e.resolveCache(s)
 	res.Cache = cache

@@ -592,8 +592,9 @@ func (e *engine) instance(s *Spec) string {
 }
 
 // printStart announces a phase instance as it starts, with what bounds
-// its Run: "[3/12] ckpt (fsdp_save) on 4 ranks: 3 iterations".
-func (e *engine) printStart(env *Env) {
+// its Run: "[3/12] ckpt (fsdp_save) on 4 ranks: 3 iterations"; ops is
+// the count the plan fixes per rank (Spec.plannedOps).
+func (e *engine) printStart(env *Env, ops int64) {
 	if e.o.Progress == ProgressNone {
 		return
 	}
@@ -607,9 +608,8 @@ func (e *engine) printStart(env *Env) {
 		ranks = "rank"
 	}
 	var bound []string
-	if x, ok := s.Phase.(OpCounter); ok && x.ExpectedOps() > 0 {
-		n := x.ExpectedOps()
-		bound = append(bound, fmt.Sprintf("%d ops per rank (%d in all)", n, n*int64(env.Size)))
+	if ops > 0 {
+		bound = append(bound, fmt.Sprintf("%d ops per rank (%d in all)", ops, ops*int64(env.Size)))
 	}
 	if x, ok := s.Phase.(Runtimer); ok && x.Runtime() > 0 {
 		bound = append(bound, fmt.Sprintf("runtime %s", x.Runtime()))
@@ -623,6 +623,20 @@ func (e *engine) printStart(env *Env) {
 	}
 	bound = append(bound, it)
 	fmt.Fprintf(e.o.Stderr, "%s %s on %d %s: %s\n", e.instance(s), name, env.Size, ranks, strings.Join(bound, ", "))
+}
+
+// plannedOps is the count the plan fixes for every rank of s (Spec's
+// startOps), 0 when it fixes none. Every rank reads it as each instance
+// starts, so a rank reads it first before its first Setup, whichever
+// sizes of a sweep it sits out.
+func (s *Spec) plannedOps() int64 {
+	if s.startOps == 0 {
+		s.startOps = -1
+		if x, ok := s.Phase.(OpCounter); ok && x.ExpectedOps() > 0 {
+			s.startOps = x.ExpectedOps()
+		}
+	}
+	return max(s.startOps, 0)
 }
 
 // ttyStderr is the job's rank 0's stderr while progress redraws a line in

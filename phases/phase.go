@@ -101,7 +101,8 @@ type Fadviser interface {
 // ranks may differ (a ddp_save's rank 0 writes the whole checkpoint, the
 // others nothing). Progress reads it after Setup, so a count that Setup
 // works out (the checkpoint kinds count their planned calls) is fine; the
-// start line ("N ops per rank") reads it before, and leaves out a 0.
+// start line ("N ops per rank") shows what it returned before the phase's
+// first Setup, the count the plan fixes for every rank, and leaves out a 0.
 type OpCounter interface {
 	ExpectedOps() int64
 }

@@ -169,6 +169,13 @@ type Spec struct {
 	// plan is the plan the spec belongs to (nil for one built by hand):
 	// the phases before it and the [plan] storage keys it inherits.
 	plan *Plan
+	// startOps is the phase's ExpectedOps as read before its first Setup
+	// (0: not read yet; -1: none), which the start line of every instance shows:
+	// before Setup only a count the plan fixes is there, the same on every
+	// rank, while one Setup works out (a checkpoint's planned calls, a
+	// dataset's share of files) would still be the previous sweep size's
+	// rank 0's at the next size's start line.
+	startOps int64
 }
 
 // Before is the phases of the plan before s (what a Resolver gets).
